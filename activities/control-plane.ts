@@ -1,0 +1,86 @@
+/**
+ * Control-plane activities: the I/O the fleet's workflows need (starting pool schedulers and
+ * device workflows, publishing a host's devices to its pools). Built by a factory so the worker
+ * injects the client and the configuration.
+ */
+import type { Client } from '@temporalio/client';
+import { poolConfig, type ControlPlaneConfig } from '../control-plane/config';
+import type { deviceWorkflow } from '../workflows/device';
+import { deviceWorkflowId, schedulerWorkflowId } from '../workflows/ids';
+import { hostDevicesSignal, type HostDevicesUpdate } from '../workflows/messages';
+import type { schedulerWorkflow, SchedulerInput } from '../workflows/scheduler';
+import type { DeviceSnapshot } from '../workflows/types';
+
+export interface SyncHostRequest {
+  hostId: string;
+  online: boolean;
+  drained: boolean;
+  drainedDevices: string[];
+  devices: Array<DeviceSnapshot & { pool: string }>;
+  /** Devices whose reservation workflows may not exist yet. */
+  newDevices: string[];
+  /** Every pool to tell, including pools the host no longer has devices in (they get an empty list). */
+  pools: string[];
+  version: number;
+}
+
+export interface ControlPlaneDeps {
+  client: Client;
+  config: ControlPlaneConfig;
+}
+
+export function createControlPlaneActivities({ client, config }: ControlPlaneDeps) {
+  const schedulerInput = (pool: string): SchedulerInput => ({
+    pool,
+    config: poolConfig(config, pool),
+    historyLimit: config.historyLimit,
+  });
+
+  return {
+    async ensureScheduler(pool: string): Promise<void> {
+      await client.workflow.start<typeof schedulerWorkflow>('schedulerWorkflow', {
+        workflowId: schedulerWorkflowId(pool),
+        taskQueue: config.controlTaskQueue,
+        args: [schedulerInput(pool)],
+        workflowIdConflictPolicy: 'USE_EXISTING',
+        staticSummary: `scheduler of pool ${pool}`,
+      });
+    },
+
+    async syncHost(req: SyncHostRequest): Promise<void> {
+      await Promise.all(
+        req.newDevices.map((deviceId) =>
+          client.workflow.start<typeof deviceWorkflow>('deviceWorkflow', {
+            workflowId: deviceWorkflowId(req.hostId, deviceId),
+            taskQueue: config.controlTaskQueue,
+            args: [{ hostId: req.hostId, deviceId, historyLimit: config.historyLimit }],
+            workflowIdConflictPolicy: 'USE_EXISTING',
+            staticSummary: `reservations of device ${deviceId} on host ${req.hostId}`,
+          }),
+        ),
+      );
+      await Promise.all(
+        req.pools.map((pool) =>
+          client.workflow.signalWithStart<typeof schedulerWorkflow, [HostDevicesUpdate]>('schedulerWorkflow', {
+            workflowId: schedulerWorkflowId(pool),
+            taskQueue: config.controlTaskQueue,
+            args: [schedulerInput(pool)],
+            signal: hostDevicesSignal,
+            signalArgs: [
+              {
+                hostId: req.hostId,
+                online: req.online,
+                drained: req.drained,
+                drainedDevices: req.drainedDevices,
+                devices: req.devices.filter((d) => d.pool === pool),
+                version: req.version,
+              },
+            ],
+          }),
+        ),
+      );
+    },
+  };
+}
+
+export type ControlPlaneActivities = ReturnType<typeof createControlPlaneActivities>;

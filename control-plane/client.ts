@@ -1,0 +1,242 @@
+/**
+ * The typed client used by the REST facade, the CLI and tests: submit, get, list, cancel, wait.
+ * Submission validates input (zod) before anything reaches Temporal, fills policy defaults from
+ * configuration, and is idempotent on the task id.
+ */
+import {
+  WithStartWorkflowOperation,
+  WorkflowExecutionAlreadyStartedError,
+  WorkflowFailedError,
+  WorkflowUpdateFailedError,
+  type Client,
+  type WorkflowIdReusePolicy,
+} from '@temporalio/client';
+import { ApplicationFailure } from '@temporalio/common';
+import { z } from 'zod';
+import { ErrorType } from '../workflows/errors';
+import { isValidId, ID_RULE, taskWorkflowId } from '../workflows/ids';
+import { submitUpdate, taskStateQuery } from '../workflows/messages';
+import {
+  FleetAttempt,
+  FleetDeviceId,
+  FleetDriverType,
+  FleetHostId,
+  FleetKind,
+  FleetPool,
+  FleetStatus,
+} from '../workflows/search-attributes';
+import type { taskWorkflow } from '../workflows/task';
+import type { TaskInput, TaskStatus, TaskView } from '../workflows/types';
+import { TaskPolicySchema, type ControlPlaneConfig } from './config';
+
+export class ValidationError extends Error {
+  override name = 'ValidationError';
+  constructor(public readonly issues: Array<{ path: string; message: string }>) {
+    super(`invalid task: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`);
+  }
+}
+/** The pool's queue holds its maximum number of queued tasks; nothing was admitted. */
+export class QueueFullError extends Error {
+  override name = 'QueueFullError';
+}
+export class TaskRejectedError extends Error {
+  override name = 'TaskRejectedError';
+  constructor(
+    message: string,
+    public readonly reason: string,
+  ) {
+    super(message);
+  }
+}
+export class TaskNotFoundError extends Error {
+  override name = 'TaskNotFoundError';
+}
+
+const id = z.string().refine(isValidId, { message: ID_RULE });
+const StepSchema = z.object({
+  name: z.string().min(1).max(200),
+  command: z.array(z.string()).min(1),
+  timeoutMs: z.number().int().positive().optional(),
+});
+
+export const SubmitRequestSchema = z
+  .object({
+    taskId: id.optional(),
+    pool: id.optional(),
+    goal: z.string().trim().min(1).max(10_000).optional(),
+    definition: z.union([id, z.object({ name: id, steps: z.array(StepSchema).min(1).optional() })]).optional(),
+    constraints: z
+      .object({
+        driverType: z.string().min(1).max(100).optional(),
+        tags: z.array(z.string().min(1).max(100)).max(50).default([]),
+        hostId: id.optional(),
+        deviceId: id.optional(),
+      })
+      .prefault({}),
+    priority: z.number().int().min(-1000).max(1000).default(0),
+    owner: z.string().max(200).optional(),
+    policy: TaskPolicySchema.partial().optional(),
+  })
+  .refine((r) => (r.goal === undefined) !== (r.definition === undefined), {
+    message: 'exactly one of "goal" or "definition" is required',
+    path: ['goal'],
+  });
+export type SubmitRequest = z.input<typeof SubmitRequestSchema>;
+
+export interface TaskSummary {
+  taskId: string;
+  status: TaskStatus;
+  pool?: string;
+  hostId?: string;
+  deviceId?: string;
+  attempt?: number;
+  startedAt?: Date;
+  closedAt?: Date;
+}
+
+export interface ListFilter {
+  status?: TaskStatus;
+  pool?: string;
+  hostId?: string;
+  deviceId?: string;
+  limit?: number;
+}
+
+const quote = (v: string) => `"${v.replace(/["\\]/g, '')}"`;
+
+export class FleetClient {
+  constructor(
+    readonly client: Client,
+    readonly config: ControlPlaneConfig,
+    private readonly newId: () => string = () => crypto.randomUUID(),
+  ) {}
+
+  /** Validates and fills defaults; throws ValidationError and touches nothing on bad input. */
+  buildInput(req: SubmitRequest): TaskInput {
+    const r = SubmitRequestSchema.safeParse(req);
+    if (!r.success) {
+      throw new ValidationError(r.error.issues.map((i) => ({ path: i.path.join('.') || '(root)', message: i.message })));
+    }
+    const v = r.data;
+    const d = this.config.taskDefaults;
+    const policy = {
+      ...d,
+      ...v.policy,
+      backoff: { ...d.backoff, ...(v.policy?.backoff ?? {}) },
+    };
+    const def = typeof v.definition === 'string' ? { name: v.definition } : v.definition;
+    return {
+      taskId: v.taskId ?? this.newId(),
+      pool: v.pool ?? this.config.defaultPool,
+      work:
+        v.goal !== undefined
+          ? { kind: 'goal', goal: v.goal }
+          : { kind: 'workflow', definition: def!.name, ...(def!.steps ? { steps: def!.steps } : {}) },
+      constraints: v.constraints,
+      priority: v.priority,
+      owner: v.owner,
+      policy,
+    };
+  }
+
+  /**
+   * Starts the task (or finds the existing one with this id) and returns once its pool admitted it.
+   * A repeat of an id returns the recorded task and runs nothing; a full queue throws QueueFullError.
+   */
+  async submit(req: SubmitRequest): Promise<TaskView> {
+    const input = this.buildInput(req);
+    try {
+      return await this.startAndAwaitAdmission(input, 'REJECT_DUPLICATE');
+    } catch (err) {
+      if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
+    }
+    // The id belongs to a task that already ended: return what it recorded. Only a task that was never
+    // admitted (rejected) may be submitted again under the same id.
+    const recorded = await this.get(input.taskId);
+    if (recorded.status !== 'rejected') return recorded;
+    try {
+      return await this.startAndAwaitAdmission(input, 'ALLOW_DUPLICATE');
+    } catch (err) {
+      if (err instanceof WorkflowExecutionAlreadyStartedError) return this.get(input.taskId);
+      throw err;
+    }
+  }
+
+  private async startAndAwaitAdmission(input: TaskInput, reuse: WorkflowIdReusePolicy): Promise<TaskView> {
+    const startWorkflowOperation = new WithStartWorkflowOperation<typeof taskWorkflow>('taskWorkflow', {
+      workflowId: taskWorkflowId(input.taskId),
+      taskQueue: this.config.controlTaskQueue,
+      args: [input],
+      workflowIdConflictPolicy: 'USE_EXISTING',
+      workflowIdReusePolicy: reuse,
+      typedSearchAttributes: [
+        { key: FleetKind, value: 'task' },
+        { key: FleetStatus, value: 'queued' },
+        { key: FleetPool, value: input.pool },
+      ],
+      staticSummary:
+        input.work.kind === 'goal' ? `goal: ${input.work.goal.slice(0, 200)}` : `workflow: ${input.work.definition}`,
+    });
+    try {
+      return await this.client.workflow.executeUpdateWithStart(submitUpdate, { startWorkflowOperation });
+    } catch (err) {
+      throw translateRejection(err);
+    }
+  }
+
+  async get(taskId: string): Promise<TaskView> {
+    try {
+      return await this.client.workflow.getHandle(taskWorkflowId(taskId)).query(taskStateQuery);
+    } catch (err) {
+      if ((err as Error)?.name === 'WorkflowNotFoundError') throw new TaskNotFoundError(`task ${taskId} not found`);
+      throw err;
+    }
+  }
+
+  /** Waits until the task ended, then returns its recorded state. */
+  async wait(taskId: string): Promise<TaskView> {
+    try {
+      await this.client.workflow.getHandle(taskWorkflowId(taskId)).result();
+    } catch (err) {
+      if (!(err instanceof WorkflowFailedError)) throw err;
+    }
+    return this.get(taskId);
+  }
+
+  async cancel(taskId: string): Promise<void> {
+    await this.client.workflow.getHandle(taskWorkflowId(taskId)).cancel();
+  }
+
+  async list(filter: ListFilter = {}): Promise<TaskSummary[]> {
+    const clauses = [`FleetKind = 'task'`];
+    if (filter.status) clauses.push(`FleetStatus = ${quote(filter.status)}`);
+    if (filter.pool) clauses.push(`FleetPool = ${quote(filter.pool)}`);
+    if (filter.hostId) clauses.push(`FleetHostId = ${quote(filter.hostId)}`);
+    if (filter.deviceId) clauses.push(`FleetDeviceId = ${quote(filter.deviceId)}`);
+    const out: TaskSummary[] = [];
+    for await (const wf of this.client.workflow.list({ query: clauses.join(' AND ') })) {
+      const sa = wf.typedSearchAttributes;
+      out.push({
+        taskId: wf.workflowId.replace(/^task\//, ''),
+        status: (sa.get(FleetStatus) as TaskStatus) ?? 'queued',
+        pool: sa.get(FleetPool),
+        hostId: sa.get(FleetHostId),
+        deviceId: sa.get(FleetDeviceId),
+        attempt: sa.get(FleetAttempt),
+        startedAt: wf.startTime,
+        closedAt: wf.closeTime,
+      });
+      if (out.length >= (filter.limit ?? 1000)) break;
+    }
+    void FleetDriverType;
+    return out;
+  }
+}
+
+function translateRejection(err: unknown): unknown {
+  if (err instanceof WorkflowUpdateFailedError && err.cause instanceof ApplicationFailure) {
+    if (err.cause.type === ErrorType.QueueFull) return new QueueFullError(err.cause.message);
+    return new TaskRejectedError(err.cause.message, err.cause.type ?? 'rejected');
+  }
+  return err;
+}

@@ -1,0 +1,86 @@
+/**
+ * Control-plane configuration: parsed once at start-up, from a JSON file and/or environment.
+ * An unknown assignment strategy is a configuration error here, before anything starts.
+ */
+import { readFileSync } from 'node:fs';
+import { z } from 'zod';
+import { DEFAULT_CONTROL_TASK_QUEUE, DEFAULT_POOL } from '../workflows/ids';
+import { DEFAULT_POLICY } from '../workflows/policy';
+import { hasStrategy, strategyNames } from '../workflows/strategies';
+
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+const strategyName = z.string().superRefine((name, ctx) => {
+  if (!hasStrategy(name)) {
+    ctx.addIssue({ code: 'custom', message: `unknown assignment strategy "${name}"; registered: ${strategyNames().join(', ')}` });
+  }
+});
+
+export const SchedulerConfigSchema = z.object({
+  strategy: strategyName.default('fifo_match'),
+  maxQueueDepth: z.number().int().positive().default(10_000),
+  agingMs: z.number().int().positive().default(60_000),
+});
+
+export const TaskPolicySchema = z.object({
+  maxAttempts: z.number().int().positive().default(DEFAULT_POLICY.maxAttempts),
+  maxDispatchFailures: z.number().int().positive().default(DEFAULT_POLICY.maxDispatchFailures),
+  backoff: z
+    .object({
+      initialMs: z.number().int().nonnegative().default(DEFAULT_POLICY.backoff.initialMs),
+      multiplier: z.number().min(1).default(DEFAULT_POLICY.backoff.multiplier),
+      maxMs: z.number().int().nonnegative().default(DEFAULT_POLICY.backoff.maxMs),
+    })
+    .prefault({}),
+  ackTimeoutMs: z.number().int().positive().default(DEFAULT_POLICY.ackTimeoutMs),
+  leaseTimeoutMs: z.number().int().positive().default(DEFAULT_POLICY.leaseTimeoutMs),
+  executionTimeoutMs: z.number().int().positive().default(DEFAULT_POLICY.executionTimeoutMs),
+});
+
+export const ControlPlaneConfigSchema = z.object({
+  controlTaskQueue: z.string().min(1).default(DEFAULT_CONTROL_TASK_QUEUE),
+  defaultPool: z.string().min(1).default(DEFAULT_POOL),
+  /** Pools whose schedulers start with the control plane; others start on first use with poolDefaults. */
+  pools: z.record(z.string(), SchedulerConfigSchema.prefault({})).default({ [DEFAULT_POOL]: SchedulerConfigSchema.parse({}) }),
+  poolDefaults: SchedulerConfigSchema.prefault({}),
+  taskDefaults: TaskPolicySchema.prefault({}),
+  /** History length at which long-lived workflows continue-as-new (undefined: the server's suggestion, or 4,000). */
+  historyLimit: z.number().int().min(20).optional(),
+});
+
+export type ControlPlaneConfig = z.infer<typeof ControlPlaneConfigSchema>;
+export type ControlPlaneConfigInput = z.input<typeof ControlPlaneConfigSchema>;
+
+export function parseControlPlaneConfig(raw: unknown): ControlPlaneConfig {
+  const r = ControlPlaneConfigSchema.safeParse(raw ?? {});
+  if (!r.success) {
+    const lines = r.error.issues.map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`);
+    throw new ConfigError(`invalid control-plane configuration:\n  ${lines.join('\n  ')}`);
+  }
+  return r.data;
+}
+
+/** FLEET_CONFIG names a JSON file; FLEET_STRATEGY overrides the default pool's strategy. */
+export function loadControlPlaneConfig(env: NodeJS.ProcessEnv = process.env): ControlPlaneConfig {
+  let raw: Record<string, unknown> = {};
+  if (env.FLEET_CONFIG) {
+    try {
+      raw = JSON.parse(readFileSync(env.FLEET_CONFIG, 'utf8'));
+    } catch (err) {
+      throw new ConfigError(`cannot read FLEET_CONFIG ${env.FLEET_CONFIG}: ${(err as Error).message}`);
+    }
+  }
+  if (env.FLEET_TASK_QUEUE) raw.controlTaskQueue = env.FLEET_TASK_QUEUE;
+  if (env.FLEET_STRATEGY) {
+    const pool = (raw.defaultPool as string) ?? DEFAULT_POOL;
+    const pools = (raw.pools as Record<string, Record<string, unknown>>) ?? {};
+    raw.pools = { ...pools, [pool]: { ...(pools[pool] ?? {}), strategy: env.FLEET_STRATEGY } };
+  }
+  return parseControlPlaneConfig(raw);
+}
+
+export function poolConfig(config: ControlPlaneConfig, pool: string) {
+  return config.pools[pool] ?? config.poolDefaults;
+}

@@ -1,0 +1,46 @@
+/** The control-plane worker: every fleet workflow plus the control-plane activities, on one task queue. */
+import { Client } from '@temporalio/client';
+import { Worker, type NativeConnection, type WorkflowBundle } from '@temporalio/worker';
+import { createControlPlaneActivities } from '../activities/control-plane';
+import { schedulerWorkflowId } from '../workflows/ids';
+import { configureSchedulerUpdate } from '../workflows/messages';
+import type { schedulerWorkflow } from '../workflows/scheduler';
+import { poolConfig, type ControlPlaneConfig } from './config';
+
+export interface ControlPlaneWorkerOptions {
+  connection: NativeConnection;
+  client: Client;
+  config: ControlPlaneConfig;
+  namespace?: string;
+  /** A pre-built bundle (tests build one per run); otherwise the workflows are bundled at start. */
+  workflowBundle?: WorkflowBundle;
+  identity?: string;
+}
+
+export async function createControlPlaneWorker(opts: ControlPlaneWorkerOptions): Promise<Worker> {
+  return Worker.create({
+    connection: opts.connection,
+    namespace: opts.namespace ?? opts.client.options.namespace,
+    taskQueue: opts.config.controlTaskQueue,
+    ...(opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath: require.resolve('../workflows') }),
+    activities: createControlPlaneActivities({ client: opts.client, config: opts.config }),
+    identity: opts.identity,
+  });
+}
+
+/**
+ * Starts the scheduler of every configured pool (no-op when it runs) and applies the configured
+ * strategy and limits to it: a strategy is changed by configuration alone.
+ */
+export async function ensurePools(client: Client, config: ControlPlaneConfig): Promise<void> {
+  for (const pool of Object.keys(config.pools)) {
+    const handle = await client.workflow.start<typeof schedulerWorkflow>('schedulerWorkflow', {
+      workflowId: schedulerWorkflowId(pool),
+      taskQueue: config.controlTaskQueue,
+      args: [{ pool, config: poolConfig(config, pool), historyLimit: config.historyLimit }],
+      workflowIdConflictPolicy: 'USE_EXISTING',
+      staticSummary: `scheduler of pool ${pool}`,
+    });
+    await handle.executeUpdate(configureSchedulerUpdate, { args: [poolConfig(config, pool)] });
+  }
+}

@@ -1,0 +1,83 @@
+/**
+ * The runner interface the host executes assignments through: a goal runner (a goal string run
+ * by an agent runtime on the device) and a workflow-definition runner (declared steps in order).
+ */
+import type { DeviceSnapshot, WorkflowStep } from '../workflows/types';
+
+export interface RunContext {
+  taskId: string;
+  attempt: number;
+  device: DeviceSnapshot;
+  /** Aborted when the task is cancelled or the lease is lost: stop as soon as possible. */
+  signal: AbortSignal;
+  /** Call once the work has really started on the device (recorded as the `running` fact). */
+  started(): void;
+  /** A progress line; the host numbers them with a monotonic sequence. */
+  progress(message: string): void;
+}
+
+export interface RunResult {
+  status: 'done' | 'failed';
+  /** For failures: may another attempt (possibly on another device) succeed? */
+  retryable?: boolean;
+  reason?: string;
+  message?: string;
+  output?: string;
+}
+
+export interface GoalRunner {
+  runGoal(goal: string, ctx: RunContext): Promise<RunResult>;
+}
+
+export interface WorkflowDefinitionRunner {
+  runDefinition(definition: { name: string; steps?: WorkflowStep[] }, ctx: RunContext): Promise<RunResult>;
+}
+
+export interface Runners {
+  goal: GoalRunner;
+  workflow: WorkflowDefinitionRunner;
+}
+
+/** The definition is unknown to this host: a terminal failure, never retried. */
+export class UnknownDefinitionError extends Error {
+  override name = 'UnknownDefinitionError';
+}
+
+/** Resolves when `ms` passed; rejects with the signal's reason if aborted first. */
+export function abortableDelay(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal.aborted) return reject(signal.reason);
+    const t = setTimeout(() => {
+      signal.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(t);
+      reject(signal.reason);
+    };
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+/** Runs a definition's steps in order through a step executor, with per-step progress. */
+export function createStepsRunner(
+  executeStep: (step: WorkflowStep, ctx: RunContext) => Promise<RunResult>,
+  registry: Map<string, WorkflowStep[]> = new Map(),
+): WorkflowDefinitionRunner {
+  return {
+    async runDefinition(definition, ctx) {
+      const steps = definition.steps ?? registry.get(definition.name);
+      if (!steps) throw new UnknownDefinitionError(`unknown workflow definition "${definition.name}"`);
+      ctx.started();
+      for (const [i, step] of steps.entries()) {
+        ctx.progress(`step ${i + 1}/${steps.length} ${step.name}: started`);
+        const r = await executeStep(step, ctx);
+        if (r.status === 'failed') {
+          return { ...r, message: `step ${i + 1}/${steps.length} ${step.name} failed${r.message ? `: ${r.message}` : ''}` };
+        }
+        ctx.progress(`step ${i + 1}/${steps.length} ${step.name}: done`);
+      }
+      return { status: 'done', output: `${steps.length} steps done` };
+    },
+  };
+}

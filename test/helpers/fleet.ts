@@ -1,0 +1,149 @@
+/**
+ * A fleet per test: its own pool, control-plane task queue and host ids, so tests never share a
+ * workflow ID or a task queue. Hosts run in-process (real workers on their own queues) or as
+ * real child processes (see processes.ts) when a test needs to kill or pause one.
+ */
+import { randomBytes } from 'node:crypto';
+import type { Client } from '@temporalio/client';
+import type { Worker } from '@temporalio/worker';
+import { FleetClient } from '../../control-plane/client';
+import { parseControlPlaneConfig, type ControlPlaneConfig, type ControlPlaneConfigInput } from '../../control-plane/config';
+import { createControlPlaneWorker, ensurePools } from '../../control-plane/worker';
+import { startHost, type HostAgent, type HostOptions } from '../../host-worker/host';
+import { simDevices, type SimDeviceSpec } from '../../host-worker/sim';
+import { schedulerWorkflowId } from '../../workflows/ids';
+import { schedulerStateQuery, type SchedulerView } from '../../workflows/messages';
+import type { TaskStatus, TaskView } from '../../workflows/types';
+import { testEnv, workflowBundle } from '../setup';
+
+export const uid = (prefix: string): string => `${prefix}-${randomBytes(4).toString('hex')}`;
+
+export interface FleetOptions {
+  strategy?: string;
+  maxQueueDepth?: number;
+  agingMs?: number;
+  historyLimit?: number;
+  taskDefaults?: NonNullable<ControlPlaneConfigInput['taskDefaults']>;
+}
+
+export interface Fleet {
+  pool: string;
+  config: ControlPlaneConfig;
+  client: Client;
+  fleet: FleetClient;
+  hostId(name: string): string;
+  addHost(name: string, devices: SimDeviceSpec[], opts?: Partial<HostOptions>): Promise<HostAgent>;
+  stopControlPlane(): Promise<void>;
+  startControlPlane(): Promise<void>;
+  scheduler(): Promise<SchedulerView>;
+  waitFor(taskId: string, pred: (t: TaskView) => boolean, what: string, timeoutMs?: number): Promise<TaskView>;
+  waitForStatus(taskId: string, status: TaskStatus, timeoutMs?: number): Promise<TaskView>;
+  stop(): Promise<void>;
+}
+
+/** Short leases and backoffs so expiry tests run in seconds. */
+export const FAST_POLICY = {
+  maxAttempts: 3,
+  maxDispatchFailures: 3,
+  backoff: { initialMs: 200, multiplier: 2, maxMs: 2_000 },
+  ackTimeoutMs: 10_000,
+  leaseTimeoutMs: 2_000,
+  executionTimeoutMs: 60_000,
+};
+
+export async function eventually<T>(
+  probe: () => Promise<T | undefined>,
+  what: string,
+  timeoutMs = 20_000,
+  intervalMs = 100,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await probe();
+      if (v !== undefined) return v;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? ` (last error: ${String(last)})` : ''}`);
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+}
+
+export async function startFleet(name: string, opts: FleetOptions = {}): Promise<Fleet> {
+  const env = testEnv();
+  const suffix = uid(name.replace(/[^A-Za-z0-9]+/g, '-').slice(0, 24));
+  const pool = `pool-${suffix}`;
+  const config = parseControlPlaneConfig({
+    controlTaskQueue: `control-${suffix}`,
+    defaultPool: pool,
+    pools: {
+      [pool]: { strategy: opts.strategy ?? 'fifo_match', maxQueueDepth: opts.maxQueueDepth ?? 1000, agingMs: opts.agingMs ?? 60_000 },
+    },
+    taskDefaults: opts.taskDefaults ?? FAST_POLICY,
+    historyLimit: opts.historyLimit,
+  });
+  const client = env.client;
+  const fleet = new FleetClient(client, config);
+  const hosts: HostAgent[] = [];
+  let worker: Worker | undefined;
+  let running: Promise<void> | undefined;
+
+  const startControlPlane = async () => {
+    worker = await createControlPlaneWorker({
+      connection: env.nativeConnection,
+      client,
+      config,
+      workflowBundle: workflowBundle(),
+      namespace: env.namespace ?? 'default',
+    });
+    running = worker.run();
+  };
+  const stopControlPlane = async () => {
+    if (worker && worker.getState() === 'RUNNING') worker.shutdown();
+    await running;
+    worker = undefined;
+  };
+  await startControlPlane();
+  await ensurePools(client, config);
+
+  const self: Fleet = {
+    pool,
+    config,
+    client,
+    fleet,
+    hostId: (n) => `${n}-${suffix}`,
+    async addHost(n, devices, hostOpts = {}) {
+      const host = await startHost({
+        hostId: self.hostId(n),
+        pool,
+        namespace: env.namespace ?? 'default',
+        controlTaskQueue: config.controlTaskQueue,
+        workerConnection: env.nativeConnection,
+        clientConnection: client.connection,
+        devices: simDevices(devices),
+        snapshotIntervalMs: 1_000,
+        hostTimeoutMs: 5_000,
+        progressIntervalMs: 100,
+        ...hostOpts,
+      });
+      hosts.push(host);
+      return host;
+    },
+    stopControlPlane,
+    startControlPlane,
+    scheduler: () => client.workflow.getHandle(schedulerWorkflowId(pool)).query(schedulerStateQuery),
+    waitFor: (taskId, pred, what, timeoutMs = 20_000) =>
+      eventually(async () => {
+        const t = await fleet.get(taskId);
+        return pred(t) ? t : undefined;
+      }, `task ${taskId}: ${what}`, timeoutMs),
+    waitForStatus: (taskId, status, timeoutMs) => self.waitFor(taskId, (t) => t.status === status, `status ${status}`, timeoutMs),
+    async stop() {
+      await Promise.all(hosts.map((h) => h.stop().catch(() => undefined)));
+      await stopControlPlane();
+    },
+  };
+  return self;
+}

@@ -1,0 +1,43 @@
+/**
+ * Mocha root hooks: one Temporal dev server (the real `temporal` CLI, SQLite in memory, our search
+ * attributes registered) and one workflow bundle for the whole run.
+ */
+import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { bundleWorkflowCode, DefaultLogger, Runtime, type WorkflowBundle } from '@temporalio/worker';
+import { temporalCliPath } from '../control-plane/temporal-cli';
+import { ALL_SEARCH_ATTRIBUTES } from '../workflows/search-attributes';
+
+let env: TestWorkflowEnvironment | undefined;
+let bundle: WorkflowBundle | undefined;
+
+export function testEnv(): TestWorkflowEnvironment {
+  if (!env) throw new Error('the Temporal test environment is not started (test/setup.ts)');
+  return env;
+}
+
+export function workflowBundle(): WorkflowBundle {
+  if (!bundle) throw new Error('the workflow bundle is not built (test/setup.ts)');
+  return bundle;
+}
+
+export const mochaHooks = {
+  async beforeAll(this: Mocha.Context) {
+    this.timeout(180_000);
+    Runtime.install({ logger: new DefaultLogger(process.env.FLEET_TEST_LOG === '1' ? 'INFO' : 'ERROR') });
+    const path = temporalCliPath();
+    [env, bundle] = await Promise.all([
+      TestWorkflowEnvironment.createLocal({
+        server: {
+          executable: { type: 'existing-path', path },
+          searchAttributes: ALL_SEARCH_ATTRIBUTES,
+          extraArgs: ['--log-level', 'error'],
+        },
+      }),
+      bundleWorkflowCode({ workflowsPath: require.resolve('../workflows'), logger: new DefaultLogger('ERROR') }),
+    ]);
+  },
+  async afterAll(this: Mocha.Context) {
+    this.timeout(60_000);
+    await env?.teardown();
+  },
+};

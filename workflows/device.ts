@@ -1,0 +1,147 @@
+/**
+ * device/<hostId>/<deviceId>: the single authority on who holds one device. It accepts a
+ * reservation only when free, refuses a second holder, ignores releases of any lease but the
+ * current one, and frees itself at the reservation's hold deadline so nothing stays reserved forever.
+ *
+ * Audit trail (what the invariant checker reads): each accepted reservation is the `assignment`
+ * signal this workflow sends to the task; each end is the `deviceReleased` signal it sends to the scheduler.
+ */
+import {
+  allHandlersFinished,
+  condition,
+  continueAsNew,
+  getExternalWorkflowHandle,
+  log,
+  setCurrentDetails,
+  setHandler,
+  upsertSearchAttributes,
+} from '@temporalio/workflow';
+import { shouldContinueAsNew } from './continue-as-new';
+import { schedulerWorkflowId, taskWorkflowId } from './ids';
+import {
+  assignmentSignal,
+  deviceReleasedSignal,
+  deviceStateQuery,
+  releaseDeviceSignal,
+  reservationRefusedSignal,
+  reserveDeviceSignal,
+  type DeviceView,
+} from './messages';
+import { FleetDeviceId, FleetHostId, FleetKind } from './search-attributes';
+import type { Reservation } from './types';
+
+const RECENT_KEPT = 20;
+
+export interface DeviceInput {
+  hostId: string;
+  deviceId: string;
+  historyLimit?: number;
+  carried?: Omit<DeviceView, 'hostId' | 'deviceId'>;
+}
+
+export async function deviceWorkflow(input: DeviceInput): Promise<never> {
+  const { hostId, deviceId } = input;
+  const view: DeviceView = {
+    hostId,
+    deviceId,
+    current: input.carried?.current,
+    recent: input.carried?.recent ?? [],
+    reservations: input.carried?.reservations ?? 0,
+    refusals: input.carried?.refusals ?? 0,
+  };
+  let inFlight = 0;
+  const send = (p: Promise<void>, onError: (err: unknown) => void): void => {
+    inFlight++;
+    p.catch(onError).finally(() => inFlight--);
+  };
+  upsertSearchAttributes([
+    { key: FleetKind, value: 'device' },
+    { key: FleetHostId, value: hostId },
+    { key: FleetDeviceId, value: deviceId },
+  ]);
+
+  const release = (r: Reservation, reason: string): void => {
+    if (view.current?.leaseId !== r.leaseId) return;
+    view.current = undefined;
+    view.recent.push({ ...r, releasedAt: Date.now(), releaseReason: reason });
+    if (view.recent.length > RECENT_KEPT) view.recent.shift();
+    send(
+      getExternalWorkflowHandle(schedulerWorkflowId(r.pool)).signal(deviceReleasedSignal, {
+        hostId,
+        deviceId,
+        leaseId: r.leaseId,
+        taskId: r.taskId,
+        reason,
+      }),
+      (err) => log.warn('could not tell the scheduler about a release', { pool: r.pool, error: String(err) }),
+    );
+    describe();
+  };
+
+  const describe = (): void => {
+    const cur = view.current;
+    setCurrentDetails(
+      cur
+        ? `**reserved** by task ${cur.taskId} (attempt ${cur.attempt}) until ${new Date(cur.expiresAt).toISOString()}`
+        : `**free** · ${view.reservations} reservations so far`,
+    );
+  };
+
+  setHandler(deviceStateQuery, () => view);
+
+  setHandler(reserveDeviceSignal, (req) => {
+    const cur = view.current;
+    if (cur?.leaseId === req.leaseId) return; // duplicate delivery
+    if (cur) {
+      view.refusals++;
+      send(
+        getExternalWorkflowHandle(schedulerWorkflowId(req.pool)).signal(reservationRefusedSignal, {
+          hostId,
+          deviceId,
+          request: req,
+          heldBy: { taskId: cur.taskId, leaseId: cur.leaseId },
+        }),
+        (err) => log.warn('could not tell the scheduler about a refusal', { error: String(err) }),
+      );
+      return;
+    }
+    const now = Date.now();
+    const r: Reservation = { ...req, hostId, deviceId, reservedAt: now, expiresAt: now + req.holdMs };
+    view.current = r;
+    view.reservations++;
+    describe();
+    send(
+      getExternalWorkflowHandle(taskWorkflowId(req.taskId)).signal(assignmentSignal, {
+        taskId: req.taskId,
+        attempt: req.attempt,
+        leaseId: req.leaseId,
+        hostId,
+        deviceId,
+        reservedAt: now,
+      }),
+      // The task ended (cancelled, or gone) before it heard of the device: nobody will use it.
+      () => release(r, 'task_gone'),
+    );
+  });
+
+  setHandler(releaseDeviceSignal, ({ leaseId, reason }) => {
+    if (view.current?.leaseId === leaseId) release(view.current, reason);
+  });
+
+  describe();
+  while (!shouldContinueAsNew(input.historyLimit)) {
+    const cur = view.current;
+    if (cur) {
+      const ended = await condition(
+        () => view.current !== cur || shouldContinueAsNew(input.historyLimit),
+        Math.max(1, cur.expiresAt - Date.now()),
+      );
+      if (!ended) release(cur, 'hold_expired');
+    } else {
+      await condition(() => view.current !== undefined || shouldContinueAsNew(input.historyLimit));
+    }
+  }
+  await condition(() => inFlight === 0 && allHandlersFinished());
+  const { hostId: _h, deviceId: _d, ...carried } = view;
+  return await continueAsNew<typeof deviceWorkflow>({ hostId, deviceId, historyLimit: input.historyLimit, carried });
+}

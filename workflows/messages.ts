@@ -1,0 +1,133 @@
+/**
+ * Every signal, update and query of the fleet, in one module that workflows and clients share.
+ * Naming rule: the const is the wire name plus its kind (`reserveDevice` -> `reserveDeviceSignal`).
+ */
+import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
+import type {
+  Assignment,
+  AttemptReport,
+  DeviceSnapshot,
+  HostSnapshot,
+  PoolDevice,
+  Reservation,
+  ReservationRequest,
+  TaskConstraints,
+  TaskView,
+} from './types';
+
+// ---- scheduler/<pool> ----
+export interface EnqueueRequest {
+  taskId: string;
+  constraints: TaskConstraints;
+  priority: number;
+  submittedAt: number;
+  attempt: number;
+  holdMs: number;
+  /** First enqueue of the task: subject to the admission limit and answered with `admission`. */
+  first: boolean;
+}
+export interface HostDevicesUpdate {
+  hostId: string;
+  online: boolean;
+  drained: boolean;
+  drainedDevices: string[];
+  /** The complete set of this host's devices in this pool: replaces whatever the pool had for the host. */
+  devices: DeviceSnapshot[];
+  /** Monotonic per host workflow; an older update never overwrites a newer one. */
+  version: number;
+}
+export interface DeviceReleased {
+  hostId: string;
+  deviceId: string;
+  leaseId: string;
+  taskId: string;
+  reason: string;
+}
+export interface ReservationRefused {
+  hostId: string;
+  deviceId: string;
+  request: ReservationRequest;
+  heldBy?: { taskId: string; leaseId: string };
+}
+export interface SchedulerConfig {
+  strategy: string;
+  maxQueueDepth: number;
+  /** priority_aging: waiting this long raises a task's priority by one. */
+  agingMs: number;
+}
+export interface QueuedTaskView {
+  taskId: string;
+  priority: number;
+  submittedAt: number;
+  enqueuedAt: number;
+  attempt: number;
+  constraints: TaskConstraints;
+}
+export interface SchedulerView {
+  pool: string;
+  config: SchedulerConfig;
+  queue: QueuedTaskView[];
+  devices: Array<PoolDevice & { reservedBy?: { taskId: string; leaseId: string; attempt: number } }>;
+  counters: SchedulerCounters;
+  runsSinceStart: number;
+}
+export interface SchedulerCounters {
+  admitted: number;
+  rejected: number;
+  assignments: number;
+  refusals: number;
+  releases: number;
+}
+
+export const enqueueTaskSignal = defineSignal<[EnqueueRequest]>('enqueueTask');
+export const dequeueTaskSignal = defineSignal<[{ taskId: string }]>('dequeueTask');
+export const hostDevicesSignal = defineSignal<[HostDevicesUpdate]>('hostDevices');
+export const deviceReleasedSignal = defineSignal<[DeviceReleased]>('deviceReleased');
+export const reservationRefusedSignal = defineSignal<[ReservationRefused]>('reservationRefused');
+export const configureSchedulerUpdate = defineUpdate<SchedulerConfig, [SchedulerConfig]>('configureScheduler');
+export const schedulerStateQuery = defineQuery<SchedulerView>('schedulerState');
+
+// ---- task/<taskId> ----
+export interface Admission {
+  accepted: boolean;
+  reason?: string;
+  message?: string;
+}
+export const admissionSignal = defineSignal<[Admission]>('admission');
+export const assignmentSignal = defineSignal<[Assignment]>('assignment');
+/** Host -> task: claimed / started / progress, fenced by attempt and leaseId (validator rejects stale reports). */
+export const reportAttemptUpdate = defineUpdate<{ accepted: true }, [AttemptReport]>('reportAttempt');
+/** Used with update-with-start: returns once the scheduler admitted (or rejected) the task. */
+export const submitUpdate = defineUpdate<TaskView, []>('submit');
+export const taskStateQuery = defineQuery<TaskView>('taskState');
+
+// ---- device/<hostId>/<deviceId> ----
+export interface DeviceView {
+  hostId: string;
+  deviceId: string;
+  current?: Reservation;
+  recent: Array<Reservation & { releasedAt: number; releaseReason: string }>;
+  reservations: number;
+  refusals: number;
+}
+export const reserveDeviceSignal = defineSignal<[ReservationRequest]>('reserveDevice');
+export const releaseDeviceSignal = defineSignal<[{ leaseId: string; reason: string }]>('releaseDevice');
+export const deviceStateQuery = defineQuery<DeviceView>('deviceState');
+
+// ---- host/<hostId> ----
+export interface HostView {
+  hostId: string;
+  pool: string;
+  online: boolean;
+  drained: boolean;
+  drainedDevices: string[];
+  lastSeenAt?: number;
+  bootId?: string;
+  seq: number;
+  devices: DeviceSnapshot[];
+  published: number;
+}
+export const hostSnapshotSignal = defineSignal<[HostSnapshot]>('hostSnapshot');
+export const setHostDrainSignal = defineSignal<[{ drained: boolean }]>('setHostDrain');
+export const setDeviceDrainSignal = defineSignal<[{ deviceId: string; drained: boolean }]>('setDeviceDrain');
+export const hostStateQuery = defineQuery<HostView>('hostState');

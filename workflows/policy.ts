@@ -1,0 +1,73 @@
+/** Task defaults, validation and retry arithmetic. Pure and sandbox-safe. */
+import { isValidId, ID_RULE } from './ids';
+import type { TaskInput, TaskPolicy } from './types';
+
+export const DEFAULT_POLICY: TaskPolicy = {
+  maxAttempts: 3,
+  maxDispatchFailures: 3,
+  backoff: { initialMs: 1_000, multiplier: 2, maxMs: 60_000 },
+  ackTimeoutMs: 30_000,
+  leaseTimeoutMs: 20_000,
+  executionTimeoutMs: 60 * 60_000,
+};
+
+/** Extra time a device stays reserved past the attempt's own deadlines before it frees itself. */
+export const RESERVATION_GRACE_MS = 60_000;
+
+export function reservationHoldMs(policy: TaskPolicy): number {
+  return policy.ackTimeoutMs + policy.executionTimeoutMs + RESERVATION_GRACE_MS;
+}
+
+/** Delay before attempt `failedAttempt + 1`: initial * multiplier^(failedAttempt-1), capped. */
+export function backoffDelayMs(policy: TaskPolicy, failedAttempt: number): number {
+  const { initialMs, multiplier, maxMs } = policy.backoff;
+  const raw = initialMs * Math.pow(multiplier, Math.max(0, failedAttempt - 1));
+  return Math.min(maxMs, Math.round(raw));
+}
+
+const positiveInt = (v: unknown): boolean => typeof v === 'number' && Number.isInteger(v) && v > 0;
+
+/** Every problem with a task input, as `path: message`; empty when the input is valid. */
+export function validateTaskInput(input: TaskInput): string[] {
+  const problems: string[] = [];
+  if (!input || typeof input !== 'object') return ['input: must be an object'];
+  if (!isValidId(input.taskId)) problems.push(`taskId: ${ID_RULE}`);
+  if (!isValidId(input.pool)) problems.push(`pool: ${ID_RULE}`);
+  const work = input.work;
+  if (!work || (work.kind !== 'goal' && work.kind !== 'workflow')) {
+    problems.push('work.kind: must be "goal" or "workflow"');
+  } else if (work.kind === 'goal' && (typeof work.goal !== 'string' || work.goal.trim() === '')) {
+    problems.push('work.goal: must be a non-empty string');
+  } else if (work.kind === 'workflow' && !isValidId(work.definition)) {
+    problems.push(`work.definition: ${ID_RULE}`);
+  }
+  const c = input.constraints;
+  if (!c || !Array.isArray(c.tags) || c.tags.some((t) => typeof t !== 'string' || t === '')) {
+    problems.push('constraints.tags: must be an array of non-empty strings');
+  }
+  if (typeof input.priority !== 'number' || !Number.isFinite(input.priority))
+    problems.push('priority: must be a number');
+  const p = input.policy;
+  if (!p) {
+    problems.push('policy: required');
+  } else {
+    for (const key of [
+      'maxAttempts',
+      'maxDispatchFailures',
+      'ackTimeoutMs',
+      'leaseTimeoutMs',
+      'executionTimeoutMs',
+    ] as const) {
+      if (!positiveInt(p[key])) problems.push(`policy.${key}: must be a positive integer`);
+    }
+    if (
+      !p.backoff ||
+      !(p.backoff.initialMs >= 0) ||
+      !(p.backoff.multiplier >= 1) ||
+      !(p.backoff.maxMs >= p.backoff.initialMs)
+    ) {
+      problems.push('policy.backoff: needs initialMs >= 0, multiplier >= 1, maxMs >= initialMs');
+    }
+  }
+  return problems;
+}

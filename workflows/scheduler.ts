@@ -1,0 +1,298 @@
+/**
+ * scheduler/<pool>: the pool's queue, admission limit and matcher. It decides (task, device)
+ * pairs only for devices it believes free and marks them reserved in the same step; the device
+ * workflow then confirms (and tells the task) or refuses (and tells the scheduler).
+ * It receives about three messages per task: enqueue, device released, and rarely a refusal.
+ */
+import {
+  ApplicationFailure,
+  allHandlersFinished,
+  condition,
+  continueAsNew,
+  getExternalWorkflowHandle,
+  log,
+  setCurrentDetails,
+  setHandler,
+  upsertSearchAttributes,
+  uuid4,
+} from '@temporalio/workflow';
+import { shouldContinueAsNew } from './continue-as-new';
+import { ErrorType, Reason } from './errors';
+import { deviceKey, deviceWorkflowId, taskWorkflowId } from './ids';
+import {
+  admissionSignal,
+  configureSchedulerUpdate,
+  dequeueTaskSignal,
+  deviceReleasedSignal,
+  enqueueTaskSignal,
+  hostDevicesSignal,
+  reservationRefusedSignal,
+  reserveDeviceSignal,
+  schedulerStateQuery,
+  type Admission,
+  type SchedulerConfig,
+  type SchedulerCounters,
+} from './messages';
+import { FleetKind, FleetPool } from './search-attributes';
+import { byAge, getStrategy, hasStrategy, strategyNames, type QueuedTask } from './strategies';
+import type { PoolDevice } from './types';
+
+interface Held {
+  taskId: string;
+  leaseId: string;
+  attempt: number;
+  /** The queue entry, so a refused reservation can put the task back where it was. */
+  task?: QueuedTask;
+}
+
+export interface SchedulerCarried {
+  queue: QueuedTask[];
+  devices: PoolDevice[];
+  held: Array<[string, Held]>;
+  hostVersions: Array<[string, number]>;
+  counters: SchedulerCounters;
+  runs: number;
+}
+
+export interface SchedulerInput {
+  pool: string;
+  config: SchedulerConfig;
+  /** History length that triggers continue-as-new (default: DEFAULT_HISTORY_LIMIT or the server's suggestion). */
+  historyLimit?: number;
+  carried?: SchedulerCarried;
+}
+
+export function validateSchedulerConfig(config: SchedulerConfig): void {
+  if (!config || !hasStrategy(config.strategy)) {
+    throw ApplicationFailure.nonRetryable(
+      `unknown assignment strategy "${config?.strategy}"; registered: ${strategyNames().join(', ')}`,
+      ErrorType.UnknownStrategy,
+    );
+  }
+  if (!Number.isInteger(config.maxQueueDepth) || config.maxQueueDepth < 1) {
+    throw ApplicationFailure.nonRetryable('maxQueueDepth must be a positive integer', ErrorType.InvalidConfig);
+  }
+  if (!(config.agingMs > 0)) {
+    throw ApplicationFailure.nonRetryable('agingMs must be positive', ErrorType.InvalidConfig);
+  }
+}
+
+export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
+  validateSchedulerConfig(input.config);
+  const { pool } = input;
+  let config = input.config;
+  const c = input.carried;
+  /** Oldest first (submittedAt, taskId): fifo_match walks it as is. */
+  const queue: QueuedTask[] = c ? [...c.queue] : [];
+  const devices = new Map<string, PoolDevice>((c?.devices ?? []).map((d) => [deviceKey(d.hostId, d.deviceId), d]));
+  const held = new Map<string, Held>(c?.held ?? []);
+  const hostVersions = new Map<string, number>(c?.hostVersions ?? []);
+  const counters: SchedulerCounters = c?.counters ?? { admitted: 0, rejected: 0, assignments: 0, refusals: 0, releases: 0 };
+  const runs = (c?.runs ?? 0) + 1;
+  let dirty = queue.length > 0;
+  let inFlight = 0;
+
+  upsertSearchAttributes([
+    { key: FleetKind, value: 'scheduler' },
+    { key: FleetPool, value: pool },
+  ]);
+
+  /** Outgoing signals are fire-and-track: continue-as-new waits for them. */
+  const send = (p: Promise<void>, onError: (err: unknown) => void): void => {
+    inFlight++;
+    p.catch(onError).finally(() => inFlight--);
+  };
+
+  const insert = (t: QueuedTask): void => {
+    let lo = 0;
+    let hi = queue.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (byAge(queue[mid], t) <= 0) lo = mid + 1;
+      else hi = mid;
+    }
+    queue.splice(lo, 0, t);
+  };
+  const queueIndex = (taskId: string): number => queue.findIndex((q) => q.taskId === taskId);
+  /** A device is already held for this task's attempt (or a later one). */
+  const isHeldFor = (taskId: string, attempt: number): boolean =>
+    [...held.values()].some((h) => h.taskId === taskId && h.attempt >= attempt);
+
+  const reply = (taskId: string, admission: Admission): void =>
+    send(getExternalWorkflowHandle(taskWorkflowId(taskId)).signal(admissionSignal, admission), (err) => {
+      log.warn('admission reply failed; dropping the task from the queue', { taskId, error: String(err) });
+      const i = queueIndex(taskId);
+      if (i >= 0) queue.splice(i, 1);
+    });
+
+  setHandler(schedulerStateQuery, () => ({
+    pool,
+    config,
+    queue: queue.map((q) => ({
+      taskId: q.taskId,
+      priority: q.priority,
+      submittedAt: q.submittedAt,
+      enqueuedAt: q.enqueuedAt,
+      attempt: q.attempt,
+      constraints: q.constraints,
+    })),
+    devices: [...devices.entries()].map(([k, d]) => {
+      const h = held.get(k);
+      return { ...d, reservedBy: h ? { taskId: h.taskId, leaseId: h.leaseId, attempt: h.attempt } : undefined };
+    }),
+    counters,
+    runsSinceStart: runs,
+  }));
+
+  setHandler(
+    configureSchedulerUpdate,
+    (next) => {
+      config = next;
+      dirty = true;
+      return config;
+    },
+    { validator: validateSchedulerConfig },
+  );
+
+  setHandler(enqueueTaskSignal, (req) => {
+    const existing = queueIndex(req.taskId);
+    if ((existing >= 0 && queue[existing].attempt >= req.attempt) || isHeldFor(req.taskId, req.attempt)) {
+      // A repeat of something we already have: keep one entry.
+      if (req.first) reply(req.taskId, { accepted: true });
+      return;
+    }
+    if (existing >= 0) queue.splice(existing, 1); // an older attempt's entry: superseded
+    if (req.first && queue.length >= config.maxQueueDepth) {
+      counters.rejected++;
+      reply(req.taskId, {
+        accepted: false,
+        reason: Reason.QueueFull,
+        message: `pool "${pool}" queue is full (${queue.length}/${config.maxQueueDepth} queued)`,
+      });
+      return;
+    }
+    insert({
+      taskId: req.taskId,
+      constraints: req.constraints,
+      priority: req.priority,
+      submittedAt: req.submittedAt,
+      enqueuedAt: Date.now(),
+      attempt: req.attempt,
+      holdMs: req.holdMs,
+    });
+    if (req.first) {
+      counters.admitted++;
+      reply(req.taskId, { accepted: true });
+    }
+    dirty = true;
+  });
+
+  setHandler(dequeueTaskSignal, ({ taskId }) => {
+    const i = queueIndex(taskId);
+    if (i >= 0) queue.splice(i, 1);
+  });
+
+  setHandler(hostDevicesSignal, (u) => {
+    if ((hostVersions.get(u.hostId) ?? -1) >= u.version) return; // older than what we have
+    hostVersions.set(u.hostId, u.version);
+    for (const [k, d] of devices) if (d.hostId === u.hostId) devices.delete(k);
+    for (const d of u.devices) {
+      devices.set(deviceKey(u.hostId, d.deviceId), {
+        hostId: u.hostId,
+        deviceId: d.deviceId,
+        driverType: d.driverType,
+        tags: [...d.tags],
+        state: d.state,
+        health: d.health,
+        hostOnline: u.online,
+        hostDrained: u.drained,
+        deviceDrained: u.drainedDevices.includes(d.deviceId),
+      });
+    }
+    dirty = true;
+  });
+
+  setHandler(deviceReleasedSignal, (r) => {
+    const k = deviceKey(r.hostId, r.deviceId);
+    if (held.get(k)?.leaseId === r.leaseId) {
+      held.delete(k);
+      counters.releases++;
+      dirty = true;
+    }
+  });
+
+  setHandler(reservationRefusedSignal, (r) => {
+    const k = deviceKey(r.hostId, r.deviceId);
+    const h = held.get(k);
+    if (h?.leaseId !== r.request.leaseId) return;
+    counters.refusals++;
+    // Our view was stale: the device is held by someone else. Mark it so, and put the task back in its place.
+    if (r.heldBy) held.set(k, { taskId: r.heldBy.taskId, leaseId: r.heldBy.leaseId, attempt: 0 });
+    else held.delete(k);
+    if (h.task && queueIndex(h.task.taskId) < 0) insert(h.task);
+    dirty = true;
+  });
+
+  const assignable = (k: string, d: PoolDevice): boolean =>
+    d.hostOnline && !d.hostDrained && !d.deviceDrained && d.health === 'good' && d.state !== 'offline' && !held.has(k);
+
+  const assignRound = (): void => {
+    if (queue.length === 0) return;
+    const free: PoolDevice[] = [];
+    for (const [k, d] of devices) if (assignable(k, d)) free.push(d);
+    if (free.length === 0) return;
+    const pairs = getStrategy(config.strategy).assign(queue, free, { now: Date.now(), agingMs: config.agingMs });
+    if (pairs.length === 0) return;
+    const taken = new Set(pairs.map((p) => p.task.taskId));
+    for (let i = queue.length - 1; i >= 0; i--) if (taken.has(queue[i].taskId)) queue.splice(i, 1);
+    for (const { task, device } of pairs) {
+      const k = deviceKey(device.hostId, device.deviceId);
+      const leaseId = uuid4();
+      held.set(k, { taskId: task.taskId, leaseId, attempt: task.attempt, task });
+      counters.assignments++;
+      send(
+        getExternalWorkflowHandle(deviceWorkflowId(device.hostId, device.deviceId)).signal(reserveDeviceSignal, {
+          taskId: task.taskId,
+          attempt: task.attempt,
+          leaseId,
+          pool,
+          holdMs: task.holdMs,
+        }),
+        (err) => {
+          // No device workflow to hold the reservation: treat the device as offline until its host reports again.
+          log.warn('reserve failed; device set offline until the next host update', { device: k, error: String(err) });
+          if (held.get(k)?.leaseId === leaseId) held.delete(k);
+          const d = devices.get(k);
+          if (d) d.state = 'offline';
+          if (queueIndex(task.taskId) < 0) insert(task);
+          dirty = true;
+        },
+      );
+    }
+  };
+
+  for (;;) {
+    await condition(() => dirty || shouldContinueAsNew(input.historyLimit));
+    if (shouldContinueAsNew(input.historyLimit)) break;
+    dirty = false;
+    assignRound();
+    setCurrentDetails(
+      `pool **${pool}** · ${config.strategy} · queued ${queue.length}/${config.maxQueueDepth} · devices ${devices.size} · held ${held.size}`,
+    );
+  }
+
+  await condition(() => inFlight === 0 && allHandlersFinished());
+  return await continueAsNew<typeof schedulerWorkflow>({
+    pool,
+    config,
+    historyLimit: input.historyLimit,
+    carried: {
+      queue,
+      devices: [...devices.values()],
+      held: [...held.entries()],
+      hostVersions: [...hostVersions.entries()],
+      counters,
+      runs,
+    },
+  });
+}

@@ -1,0 +1,20 @@
+import { defineSearchAttributeKey, SearchAttributeType } from '@temporalio/common';
+
+/** Custom search attributes the Web UI filters on. Registered by the dev-server scripts and the control plane. */
+export const FleetStatus = defineSearchAttributeKey('FleetStatus', SearchAttributeType.KEYWORD);
+export const FleetPool = defineSearchAttributeKey('FleetPool', SearchAttributeType.KEYWORD);
+export const FleetHostId = defineSearchAttributeKey('FleetHostId', SearchAttributeType.KEYWORD);
+export const FleetDeviceId = defineSearchAttributeKey('FleetDeviceId', SearchAttributeType.KEYWORD);
+export const FleetDriverType = defineSearchAttributeKey('FleetDriverType', SearchAttributeType.KEYWORD);
+export const FleetAttempt = defineSearchAttributeKey('FleetAttempt', SearchAttributeType.INT);
+export const FleetKind = defineSearchAttributeKey('FleetKind', SearchAttributeType.KEYWORD);
+
+export const ALL_SEARCH_ATTRIBUTES = [
+  FleetStatus,
+  FleetPool,
+  FleetHostId,
+  FleetDeviceId,
+  FleetDriverType,
+  FleetAttempt,
+  FleetKind,
+];

@@ -1,0 +1,462 @@
+/**
+ * task/<taskId>: one workflow per task. Its history is the task's audit trail: admission, every
+ * attempt (device, lease, claim, start, outcome), backoff timers and the one terminal result.
+ */
+import {
+  ActivityCancellationType,
+  ActivityFailure,
+  ApplicationFailure,
+  CancellationScope,
+  CancelledFailure,
+  allHandlersFinished,
+  TimeoutFailure,
+  condition,
+  getExternalWorkflowHandle,
+  isCancellation,
+  log,
+  proxyActivities,
+  setCurrentDetails,
+  setHandler,
+  sleep,
+  upsertSearchAttributes,
+  workflowInfo,
+} from '@temporalio/workflow';
+import { TimeoutType } from '@temporalio/common';
+import type * as controlActivities from '../activities/control-plane';
+import type { HostActivities } from '../host-worker/activities';
+import { ErrorType, Reason } from './errors';
+import { deviceWorkflowId, hostTaskQueue, schedulerWorkflowId } from './ids';
+import {
+  admissionSignal,
+  assignmentSignal,
+  dequeueTaskSignal,
+  enqueueTaskSignal,
+  releaseDeviceSignal,
+  reportAttemptUpdate,
+  submitUpdate,
+  taskStateQuery,
+  type Admission,
+  type EnqueueRequest,
+} from './messages';
+import { backoffDelayMs, reservationHoldMs, validateTaskInput } from './policy';
+import {
+  FleetAttempt,
+  FleetDeviceId,
+  FleetDriverType,
+  FleetHostId,
+  FleetKind,
+  FleetPool,
+  FleetStatus,
+} from './search-attributes';
+import type {
+  Assignment,
+  AttemptOutcome,
+  AttemptRecord,
+  AttemptReport,
+  RunOutcome,
+  TaskInput,
+  TaskResult,
+  TaskStatus,
+  TaskView,
+} from './types';
+
+const { ensureScheduler } = proxyActivities<ReturnType<typeof controlActivities.createControlPlaneActivities>>({
+  startToCloseTimeout: '30s',
+  retry: { maximumAttempts: 10, initialInterval: '1s', maximumInterval: '10s' },
+});
+
+/** How one attempt ended, and what the task does next. */
+export interface Classified {
+  outcome: AttemptOutcome;
+  reason?: string;
+  message?: string;
+  retryable: boolean;
+  /** Never claimed by the host: counts toward maxDispatchFailures. */
+  dispatchFailure: boolean;
+}
+
+export function classifyRunOutcome(r: RunOutcome): Classified {
+  if (r.status === 'done') return { outcome: 'done', retryable: false, dispatchFailure: false };
+  return {
+    outcome: r.retryable ? 'retryable_failure' : 'failed',
+    reason: r.reason ?? Reason.RunnerFailed,
+    message: r.message,
+    retryable: r.retryable,
+    dispatchFailure: false,
+  };
+}
+
+export function classifyActivityError(err: unknown): Classified {
+  const cause = err instanceof ActivityFailure ? err.cause : err;
+  if (cause instanceof TimeoutFailure) {
+    switch (cause.timeoutType) {
+      case TimeoutType.SCHEDULE_TO_START:
+        return { outcome: 'dispatch_failed', reason: Reason.AckTimeout, retryable: true, dispatchFailure: true };
+      case TimeoutType.HEARTBEAT:
+        return { outcome: 'lease_expired', reason: Reason.LeaseExpired, retryable: true, dispatchFailure: false };
+      default:
+        return {
+          outcome: 'execution_timeout',
+          reason: Reason.ExecutionTimeout,
+          retryable: true,
+          dispatchFailure: false,
+        };
+    }
+  }
+  if (cause instanceof ApplicationFailure) {
+    if (cause.type === ErrorType.DeviceUnavailable) {
+      return {
+        outcome: 'dispatch_failed',
+        reason: Reason.DeviceUnavailable,
+        message: cause.message,
+        retryable: true,
+        dispatchFailure: true,
+      };
+    }
+    if (cause.type === ErrorType.UnknownDefinition) {
+      return {
+        outcome: 'failed',
+        reason: Reason.UnknownDefinition,
+        message: cause.message,
+        retryable: false,
+        dispatchFailure: false,
+      };
+    }
+    if (cause.nonRetryable) {
+      return {
+        outcome: 'failed',
+        reason: cause.type ?? Reason.HostError,
+        message: cause.message,
+        retryable: false,
+        dispatchFailure: false,
+      };
+    }
+    return {
+      outcome: 'retryable_failure',
+      reason: Reason.HostError,
+      message: cause.message,
+      retryable: true,
+      dispatchFailure: false,
+    };
+  }
+  const message = err instanceof Error ? err.message : String(err);
+  return { outcome: 'retryable_failure', reason: Reason.HostError, message, retryable: true, dispatchFailure: false };
+}
+
+export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
+  const info = workflowInfo();
+  const submittedAt = input.submittedAt ?? info.startTime.getTime();
+  const state: TaskView = {
+    taskId: input.taskId,
+    pool: input.pool,
+    status: 'queued',
+    work: input.work,
+    constraints: input.constraints,
+    priority: input.priority,
+    owner: input.owner,
+    policy: input.policy,
+    submittedAt,
+    attempts: [],
+    consecutiveDispatchFailures: 0,
+    cancelRequested: false,
+  };
+  let admission: Admission | undefined;
+  /** The attempt number we are waiting a device for; 0 when not waiting. */
+  let awaitingAttempt = 0;
+  let assignment: Assignment | undefined;
+  /** Assignments that arrived when nobody wanted them: released before the workflow ends. */
+  const stray: Assignment[] = [];
+
+  setHandler(taskStateQuery, () => state);
+  setHandler(admissionSignal, (a) => {
+    admission ??= a;
+  });
+  setHandler(assignmentSignal, (a) => {
+    if (a.attempt === awaitingAttempt && assignment === undefined && !state.cancelRequested) {
+      assignment = a;
+    } else if (!(state.current && state.current.leaseId === a.leaseId)) {
+      stray.push(a);
+    }
+  });
+  setHandler(submitUpdate, async () => {
+    await condition(() => admission !== undefined);
+    if (!admission!.accepted) {
+      throw ApplicationFailure.nonRetryable(admission!.message ?? 'task rejected', typeForReason(admission!.reason));
+    }
+    return state;
+  });
+  setHandler(
+    reportAttemptUpdate,
+    (report) => {
+      applyReport(state, report);
+      publish(state);
+      return { accepted: true as const };
+    },
+    { validator: (report) => validateReport(state, report) },
+  );
+
+  const problems = validateTaskInput(input);
+  publish(state);
+  const scheduler = getExternalWorkflowHandle(schedulerWorkflowId(input.pool));
+  const holdMs = problems.length === 0 ? reservationHoldMs(input.policy) : 0;
+  const enqueue = async (attempt: number, first: boolean): Promise<void> => {
+    const req: EnqueueRequest = {
+      taskId: input.taskId,
+      constraints: input.constraints,
+      priority: input.priority,
+      submittedAt,
+      attempt,
+      holdMs,
+      first,
+    };
+    awaitingAttempt = attempt;
+    try {
+      await scheduler.signal(enqueueTaskSignal, req);
+    } catch (err) {
+      // The pool's scheduler does not run yet: have the control plane start it, then try once more.
+      log.info('scheduler missing; asking the control plane to start it', { pool: input.pool, error: String(err) });
+      await ensureScheduler(input.pool);
+      await scheduler.signal(enqueueTaskSignal, req);
+    }
+  };
+
+  const result = await run();
+  // Answer every pending update and free any device offered after we stopped wanting one.
+  await condition(allHandlersFinished);
+  await releaseStray();
+  if (result.status === 'done') return result;
+  throw ApplicationFailure.create({
+    type: result.status === 'rejected' ? typeForReason(result.reason) : ErrorType.TaskFailed,
+    message: `task ${result.status}: ${result.reason ?? ''}${result.message ? ` (${result.message})` : ''}`,
+    nonRetryable: true,
+    details: [result],
+  });
+
+  async function run(): Promise<TaskResult> {
+    if (problems.length > 0) {
+      admission = { accepted: false, reason: Reason.InvalidTask, message: `invalid task: ${problems.join('; ')}` };
+      return finish(state, { status: 'rejected', reason: Reason.InvalidTask, message: admission.message });
+    }
+    try {
+      try {
+        await enqueue(1, true);
+      } catch (err) {
+        if (isCancellation(err)) throw err;
+        admission = {
+          accepted: false,
+          reason: Reason.UnknownPool,
+          message: `pool "${input.pool}" has no scheduler: ${String(err)}`,
+        };
+      }
+      await condition(() => admission !== undefined);
+      if (!admission!.accepted) {
+        return finish(state, { status: 'rejected', reason: admission!.reason, message: admission!.message });
+      }
+
+      for (;;) {
+        const attemptNo = state.attempts.length + 1;
+        await condition(() => assignment !== undefined);
+        const a = assignment!;
+        assignment = undefined;
+        awaitingAttempt = 0;
+        const record: AttemptRecord = {
+          attempt: a.attempt,
+          leaseId: a.leaseId,
+          hostId: a.hostId,
+          deviceId: a.deviceId,
+          assignedAt: Date.now(),
+          ackDeadline: Date.now() + input.policy.ackTimeoutMs,
+          leaseTimeoutMs: input.policy.leaseTimeoutMs,
+        };
+        state.attempts.push(record);
+        state.current = record;
+        state.nextAttemptAt = undefined;
+        state.status = 'assigned';
+        publish(state);
+
+        const c = await runAttempt(input, record);
+        record.endedAt = Date.now();
+        record.outcome = c.outcome;
+        record.reason = c.reason;
+        record.message = c.message;
+        state.current = undefined;
+        await releaseDevice(record, c.outcome);
+
+        if (c.outcome === 'done') return finish(state, { status: 'done', output: c.message });
+        state.consecutiveDispatchFailures = c.dispatchFailure ? state.consecutiveDispatchFailures + 1 : 0;
+        if (!c.retryable) return finish(state, { status: 'failed', reason: c.reason, message: c.message });
+        if (c.dispatchFailure && state.consecutiveDispatchFailures >= input.policy.maxDispatchFailures) {
+          return finish(state, {
+            status: 'failed',
+            reason: Reason.DispatchFailed,
+            message: `${state.consecutiveDispatchFailures} consecutive dispatch failures (last: ${c.reason})`,
+          });
+        }
+        if (attemptNo >= input.policy.maxAttempts) {
+          return finish(state, {
+            status: 'failed',
+            reason: c.dispatchFailure ? Reason.DispatchFailed : c.reason,
+            message: `attempt limit ${input.policy.maxAttempts} reached (last: ${c.reason})`,
+          });
+        }
+        const delay = backoffDelayMs(input.policy, attemptNo);
+        state.status = 'queued';
+        state.nextAttemptAt = Date.now() + delay;
+        publish(state);
+        await sleep(delay);
+        await enqueue(attemptNo + 1, false);
+      }
+    } catch (err) {
+      if (!isCancellation(err)) throw err;
+      state.cancelRequested = true;
+      return await CancellationScope.nonCancellable(async () => {
+        const cur = state.current;
+        if (cur) {
+          cur.endedAt = Date.now();
+          cur.outcome = 'cancelled';
+          cur.reason = Reason.Cancelled;
+          state.current = undefined;
+          await releaseDevice(cur, 'cancelled');
+        } else if (awaitingAttempt > 0) {
+          await scheduler
+            .signal(dequeueTaskSignal, { taskId: input.taskId })
+            .catch((e) => log.warn('dequeue failed', { error: String(e) }));
+        }
+        if (assignment) stray.push(assignment);
+        finish(state, { status: 'cancelled', reason: Reason.Cancelled });
+        await condition(allHandlersFinished);
+        await releaseStray();
+        throw new CancelledFailure('task cancelled');
+      });
+    }
+  }
+
+  async function runAttempt(task: TaskInput, record: AttemptRecord): Promise<Classified> {
+    const host = proxyActivities<HostActivities>({
+      taskQueue: hostTaskQueue(record.hostId),
+      scheduleToStartTimeout: task.policy.ackTimeoutMs,
+      startToCloseTimeout: task.policy.executionTimeoutMs,
+      heartbeatTimeout: task.policy.leaseTimeoutMs,
+      retry: { maximumAttempts: 1 },
+      cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+    });
+    try {
+      const r = await host.runAssignment({
+        taskId: task.taskId,
+        attempt: record.attempt,
+        leaseId: record.leaseId,
+        hostId: record.hostId,
+        deviceId: record.deviceId,
+        work: task.work,
+        leaseTimeoutMs: task.policy.leaseTimeoutMs,
+      });
+      record.claimedAt ??= r.claimedAt;
+      record.startedAt ??= r.startedAt;
+      const c = classifyRunOutcome(r);
+      return r.status === 'done' ? { ...c, message: r.output ?? r.message } : c;
+    } catch (err) {
+      if (isCancellation(err)) throw err;
+      return classifyActivityError(err);
+    }
+  }
+
+  async function releaseDevice(record: AttemptRecord, reason: string): Promise<void> {
+    await getExternalWorkflowHandle(deviceWorkflowId(record.hostId, record.deviceId))
+      .signal(releaseDeviceSignal, { leaseId: record.leaseId, reason })
+      .catch((e) => log.warn('release failed; the device frees itself at its hold deadline', { error: String(e) }));
+  }
+
+  async function releaseStray(): Promise<void> {
+    for (const a of stray.splice(0)) {
+      await releaseDevice(
+        { hostId: a.hostId, deviceId: a.deviceId, leaseId: a.leaseId } as AttemptRecord,
+        'not_needed',
+      );
+    }
+  }
+}
+
+function typeForReason(reason: string | undefined): string {
+  switch (reason) {
+    case Reason.QueueFull:
+      return ErrorType.QueueFull;
+    case Reason.UnknownPool:
+      return ErrorType.UnknownPool;
+    default:
+      return ErrorType.InvalidTask;
+  }
+}
+
+export function validateReport(state: TaskView, r: AttemptReport): void {
+  const cur = state.current;
+  if (!cur || cur.attempt !== r.attempt || cur.leaseId !== r.leaseId || cur.hostId !== r.hostId) {
+    throw ApplicationFailure.nonRetryable(
+      `report for attempt ${r.attempt} does not match the current attempt ${cur ? cur.attempt : 'none'}`,
+      ErrorType.StaleLease,
+    );
+  }
+  if (r.kind === 'progress' && (typeof r.seq !== 'number' || !Number.isInteger(r.seq) || r.seq < 0)) {
+    throw ApplicationFailure.nonRetryable('progress needs an integer seq >= 0', ErrorType.InvalidTask);
+  }
+}
+
+export function applyReport(state: TaskView, r: AttemptReport): void {
+  const cur = state.current!;
+  cur.lastHeartbeatAt = r.at;
+  const rank: Record<TaskStatus, number> = {
+    queued: 0,
+    assigned: 1,
+    dispatched: 2,
+    running: 3,
+    done: 4,
+    failed: 4,
+    cancelled: 4,
+    rejected: 4,
+  };
+  if (r.kind === 'claimed') {
+    cur.claimedAt ??= r.at;
+    if (rank[state.status] < rank.dispatched) state.status = 'dispatched';
+  } else if (r.kind === 'started') {
+    cur.claimedAt ??= r.at;
+    cur.startedAt ??= r.at;
+    if (rank[state.status] < rank.running) state.status = 'running';
+  } else if (r.kind === 'progress') {
+    if (state.progress === undefined || r.seq! > state.progress.seq) {
+      state.progress = { seq: r.seq!, message: r.message ?? '', at: r.at };
+    }
+  }
+}
+
+function finish(state: TaskView, r: Omit<TaskResult, 'attempts' | 'finishedAt'>): TaskResult {
+  const result: TaskResult = { ...r, attempts: state.attempts.length, finishedAt: Date.now() };
+  state.result = result;
+  state.status = r.status;
+  state.nextAttemptAt = undefined;
+  publish(state);
+  return result;
+}
+
+function publish(state: TaskView): void {
+  if (!state.work || !state.constraints) return; // invalid input: nothing meaningful to show
+  const cur = state.current ?? state.attempts[state.attempts.length - 1];
+  upsertSearchAttributes([
+    { key: FleetKind, value: 'task' },
+    { key: FleetStatus, value: state.status },
+    { key: FleetPool, value: state.pool },
+    { key: FleetAttempt, value: state.attempts.length },
+    ...(state.constraints.driverType ? [{ key: FleetDriverType, value: state.constraints.driverType }] : []),
+    ...(cur
+      ? [
+          { key: FleetHostId, value: cur.hostId },
+          { key: FleetDeviceId, value: cur.deviceId },
+        ]
+      : []),
+  ]);
+  const what = state.work.kind === 'goal' ? `goal: ${state.work.goal}` : `workflow: ${state.work.definition}`;
+  const where = cur ? `${cur.hostId}/${cur.deviceId} (attempt ${cur.attempt})` : 'no device yet';
+  const lines = [`**${state.status}** · ${what}`, `device: ${where}`];
+  if (state.nextAttemptAt) lines.push(`next attempt at ${new Date(state.nextAttemptAt).toISOString()}`);
+  if (state.progress) lines.push(`progress #${state.progress.seq}: ${state.progress.message}`);
+  if (state.result?.reason) lines.push(`reason: ${state.result.reason}`);
+  setCurrentDetails(lines.join('\n'));
+}

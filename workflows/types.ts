@@ -1,0 +1,224 @@
+/** Plain data shared by workflows, the control plane, the host agent and tests. No runtime code. */
+
+export type TaskStatus =
+  | 'queued' // admitted, waiting for a device (or for its next attempt: see nextAttemptAt)
+  | 'assigned' // a device is reserved for the attempt; the host has not claimed it yet
+  | 'dispatched' // the owning host claimed the attempt
+  | 'running' // the host confirmed the runner started
+  | 'done'
+  | 'failed'
+  | 'cancelled'
+  | 'rejected'; // never admitted (queue full, unknown pool, invalid input)
+
+export const TERMINAL_STATUSES: readonly TaskStatus[] = ['done', 'failed', 'cancelled', 'rejected'];
+
+export interface WorkflowStep {
+  name: string;
+  /** argv array: never interpolated into a shell string. */
+  command: string[];
+  timeoutMs?: number;
+}
+
+export type TaskWork =
+  { kind: 'goal'; goal: string } | { kind: 'workflow'; definition: string; steps?: WorkflowStep[] };
+
+export interface TaskConstraints {
+  driverType?: string;
+  /** Every tag listed must be present on the device. */
+  tags: string[];
+  /** Pin to one host and/or one device. */
+  hostId?: string;
+  deviceId?: string;
+}
+
+export interface BackoffPolicy {
+  initialMs: number;
+  multiplier: number;
+  maxMs: number;
+}
+
+export interface TaskPolicy {
+  maxAttempts: number;
+  /** Consecutive transient dispatch failures (ack deadline missed, device gone) before `dispatch_failed`. */
+  maxDispatchFailures: number;
+  backoff: BackoffPolicy;
+  /** Ack deadline: the owning host must claim the attempt within this (activity schedule-to-start). */
+  ackTimeoutMs: number;
+  /** Lease: the host must heartbeat within this (activity heartbeat timeout). */
+  leaseTimeoutMs: number;
+  /** Hard cap of one attempt once claimed (activity start-to-close). */
+  executionTimeoutMs: number;
+}
+
+export interface TaskInput {
+  taskId: string;
+  pool: string;
+  work: TaskWork;
+  constraints: TaskConstraints;
+  priority: number;
+  owner?: string;
+  policy: TaskPolicy;
+  /** Epoch ms; the workflow fills it from its own start time when absent. */
+  submittedAt?: number;
+}
+
+export type AttemptOutcome =
+  | 'done'
+  | 'failed' // runner failed, terminal
+  | 'retryable_failure' // runner or host failed, retryable
+  | 'lease_expired'
+  | 'dispatch_failed' // ack deadline missed / device unavailable: never started
+  | 'execution_timeout'
+  | 'cancelled';
+
+export interface AttemptRecord {
+  attempt: number;
+  leaseId: string;
+  hostId: string;
+  deviceId: string;
+  assignedAt: number;
+  /** The host must claim before this (ack deadline). */
+  ackDeadline: number;
+  leaseTimeoutMs: number;
+  claimedAt?: number;
+  startedAt?: number;
+  lastHeartbeatAt?: number;
+  endedAt?: number;
+  outcome?: AttemptOutcome;
+  reason?: string;
+  message?: string;
+}
+
+export interface TaskProgress {
+  seq: number;
+  message: string;
+  at: number;
+}
+
+export interface TaskResult {
+  status: 'done' | 'failed' | 'cancelled' | 'rejected';
+  reason?: string;
+  message?: string;
+  output?: string;
+  attempts: number;
+  finishedAt: number;
+}
+
+export interface TaskView {
+  taskId: string;
+  pool: string;
+  status: TaskStatus;
+  work: TaskWork;
+  constraints: TaskConstraints;
+  priority: number;
+  owner?: string;
+  policy: TaskPolicy;
+  submittedAt: number;
+  attempts: AttemptRecord[];
+  current?: AttemptRecord;
+  nextAttemptAt?: number;
+  consecutiveDispatchFailures: number;
+  progress?: TaskProgress;
+  result?: TaskResult;
+  cancelRequested: boolean;
+}
+
+/** What a host reports of one device. */
+export type DeviceState = 'idle' | 'busy' | 'offline';
+export type DeviceHealth = 'good' | 'unhealthy' | 'maintenance';
+
+export interface DeviceSnapshot {
+  deviceId: string;
+  driverType: string;
+  tags: string[];
+  state: DeviceState;
+  health: DeviceHealth;
+  /** Defaults to the host's pool. */
+  pool?: string;
+}
+
+export interface HostSnapshot {
+  hostId: string;
+  pool: string;
+  devices: DeviceSnapshot[];
+  sentAt: number;
+  /** Monotonic per host process; older snapshots never overwrite newer ones. */
+  seq: number;
+  /** Distinguishes host process incarnations (a restart resets seq). */
+  bootId: string;
+}
+
+/** The scheduler's view of one device. */
+export interface PoolDevice {
+  hostId: string;
+  deviceId: string;
+  driverType: string;
+  tags: string[];
+  state: DeviceState;
+  health: DeviceHealth;
+  hostOnline: boolean;
+  hostDrained: boolean;
+  deviceDrained: boolean;
+}
+
+export interface ReservationRequest {
+  taskId: string;
+  attempt: number;
+  leaseId: string;
+  pool: string;
+  /** The device frees itself after this long even if nobody releases it (hard cap). */
+  holdMs: number;
+}
+
+export interface Reservation extends ReservationRequest {
+  hostId: string;
+  deviceId: string;
+  reservedAt: number;
+  expiresAt: number;
+}
+
+export interface Assignment {
+  taskId: string;
+  attempt: number;
+  leaseId: string;
+  hostId: string;
+  deviceId: string;
+  reservedAt: number;
+}
+
+/** What the task workflow hands to the owning host's activity. */
+export interface HostAssignment {
+  taskId: string;
+  attempt: number;
+  leaseId: string;
+  hostId: string;
+  deviceId: string;
+  work: TaskWork;
+  leaseTimeoutMs: number;
+}
+
+/** What the host activity returns when its runner finished (done or a classified failure). */
+export interface RunOutcome {
+  status: 'done' | 'failed';
+  retryable: boolean;
+  reason?: string;
+  message?: string;
+  output?: string;
+  claimedAt: number;
+  startedAt?: number;
+  finishedAt: number;
+  lastProgressSeq: number;
+}
+
+export type AttemptReportKind = 'claimed' | 'started' | 'progress';
+
+/** A host's report about a running attempt; fenced by attempt and leaseId. */
+export interface AttemptReport {
+  attempt: number;
+  leaseId: string;
+  hostId: string;
+  kind: AttemptReportKind;
+  at: number;
+  seq?: number;
+  message?: string;
+}
