@@ -24,7 +24,7 @@ export async function createControlPlaneWorker(opts: ControlPlaneWorkerOptions):
     taskQueue: opts.config.controlTaskQueue,
     ...(opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath: require.resolve('../workflows') }),
     activities: createControlPlaneActivities({ client: opts.client, config: opts.config }),
-    identity: opts.identity,
+    ...(opts.identity ? { identity: opts.identity } : {}),
   });
 }
 
