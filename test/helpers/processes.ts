@@ -1,0 +1,56 @@
+/**
+ * Real host-agent processes (`tsx host-worker/main.ts`), for tests that kill or pause a host.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { HostConfig } from '../../host-worker/config';
+import { testEnv } from '../setup';
+
+export interface HostProcess {
+  child: ChildProcess;
+  output(): string;
+  kill(signal?: NodeJS.Signals): void;
+  pause(): void;
+  resume(): void;
+  exited: Promise<number | null>;
+  waitForOutput(text: string, timeoutMs?: number): Promise<void>;
+}
+
+export function spawnHost(config: Partial<HostConfig> & Pick<HostConfig, 'hostId' | 'driver'>): HostProcess {
+  const dir = mkdtempSync(join(tmpdir(), 'fleet-host-'));
+  const path = join(dir, 'host.json');
+  writeFileSync(path, JSON.stringify(config));
+  const env = testEnv();
+  const child = spawn(process.execPath, ['--import', 'tsx', join(__dirname, '..', '..', 'host-worker', 'main.ts'), '--config', path], {
+    env: {
+      ...process.env,
+      TEMPORAL_ADDRESS: env.address,
+      TEMPORAL_NAMESPACE: env.namespace ?? 'default',
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout!.on('data', (b) => (out += b.toString()));
+  child.stderr!.on('data', (b) => (out += b.toString()));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  return {
+    child,
+    output: () => out,
+    kill: (signal = 'SIGKILL') => {
+      if (child.exitCode === null) child.kill(signal);
+    },
+    pause: () => child.kill('SIGSTOP'),
+    resume: () => child.kill('SIGCONT'),
+    exited,
+    async waitForOutput(text, timeoutMs = 30_000) {
+      const deadline = Date.now() + timeoutMs;
+      while (!out.includes(text)) {
+        if (child.exitCode !== null) throw new Error(`host exited (${child.exitCode}) before "${text}":\n${out}`);
+        if (Date.now() > deadline) throw new Error(`timed out waiting for "${text}" from host:\n${out}`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    },
+  };
+}
