@@ -53,6 +53,7 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
       const report = (r: Omit<AttemptReport, 'attempt' | 'leaseId' | 'hostId'>) =>
         task.executeUpdate(reportAttemptUpdate, { args: [{ ...r, attempt: a.attempt, leaseId: a.leaseId, hostId: a.hostId }] });
 
+      log('assignment claimed', { taskId: a.taskId, attempt: a.attempt, deviceId: a.deviceId });
       // Claim: the task moves to `dispatched`. A rejected claim means our lease was superseded.
       try {
         await report({ kind: 'claimed', at: claimedAt });

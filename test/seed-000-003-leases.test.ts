@@ -1,0 +1,309 @@
+/**
+ * Seeds 000 and 003: atomic assignment + reservation, host claim, lease expiry with bounded retry,
+ * lease-validated terminal results, dispatch commit and dispatch-failure classification.
+ * Hosts that must die or pause run as real processes (SIGKILL / SIGSTOP).
+ */
+import assert from 'node:assert/strict';
+import { WorkflowUpdateFailedError } from '@temporalio/client';
+import { ApplicationFailure } from '@temporalio/common';
+import { ErrorType } from '../workflows/errors';
+import { deviceWorkflowId, hostWorkflowId, taskWorkflowId } from '../workflows/ids';
+import { deviceStateQuery, hostSnapshotSignal, reportAttemptUpdate, type DeviceView } from '../workflows/messages';
+import { FAST_POLICY, eventually, startFleet, type Fleet } from './helpers/fleet';
+import { assertNoOverlappingReservations, taskAttemptRuns } from './helpers/invariants';
+import { spawnHost, type HostProcess } from './helpers/processes';
+import { recordingRunners } from './helpers/runners';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
+  let f: Fleet | undefined;
+  const procs: HostProcess[] = [];
+  afterEach(async () => {
+    for (const p of procs.splice(0)) {
+      p.resume();
+      p.kill();
+    }
+    await f?.stop();
+    f = undefined;
+  });
+
+  const device = (hostId: string, deviceId: string): Promise<DeviceView> =>
+    f!.client.workflow.getHandle(deviceWorkflowId(hostId, deviceId)).query(deviceStateQuery);
+  const deviceKnown = (n = 1) =>
+    eventually(async () => ((await f!.scheduler()).devices.length >= n ? true : undefined), `${n} device(s) in the pool`);
+  /** A host whose devices are online but whose worker does not poll (stopped), for a long host timeout. */
+  const silentHost = async (name: string, deviceIds: string[]) => {
+    const h = await f!.addHost(
+      name,
+      deviceIds.map((deviceId) => ({ deviceId })),
+      { hostTimeoutMs: 120_000 },
+    );
+    await deviceKnown(deviceIds.length);
+    await h.stop();
+    return h;
+  };
+  const processHost = (name: string, deviceId: string, more: string[] = []) => {
+    const p = spawnHost({
+      hostId: f!.hostId(name),
+      pool: f!.pool,
+      controlTaskQueue: f!.config.controlTaskQueue,
+      snapshotIntervalMs: 300,
+      hostTimeoutMs: 1_500,
+      progressIntervalMs: 200,
+      driver: {
+        type: 'sim',
+        devices: [deviceId, ...more].map((id) => ({ deviceId: id, driverType: 'sim', tags: [], health: 'good' as const, state: 'idle' as const })),
+        defaultDurationMs: 100,
+        defaultOutcome: 'done',
+      },
+      definitions: {},
+    });
+    procs.push(p);
+    return p;
+  };
+
+  it('Assigning records, in one step, task, host/device, attempt, lease id, lease expiry and the device reservation', async () => {
+    f = await startFleet('assign-record');
+    await silentHost('h1', ['d1']);
+    const { taskId } = await f.fleet.submit({ goal: 'x' });
+    const t = await f.waitForStatus(taskId, 'assigned');
+    const a = t.current!;
+    assert.equal(a.attempt, 1);
+    assert.equal(a.hostId, f.hostId('h1'));
+    assert.equal(a.deviceId, 'd1');
+    assert.match(a.leaseId, /^[0-9a-f-]{36}$/);
+    assert.equal(a.ackDeadline - a.assignedAt, FAST_POLICY.ackTimeoutMs);
+    assert.equal(a.leaseTimeoutMs, FAST_POLICY.leaseTimeoutMs);
+    const dev = await device(f.hostId('h1'), 'd1');
+    assert.equal(dev.current?.taskId, taskId);
+    assert.equal(dev.current?.leaseId, a.leaseId);
+    assert.equal(dev.current?.attempt, 1);
+    assert.ok(dev.current!.expiresAt > dev.current!.reservedAt);
+    const s = await f.scheduler();
+    assert.equal(s.devices[0].reservedBy?.leaseId, a.leaseId);
+    await f.fleet.cancel(taskId);
+  });
+
+  it('Stale idle snapshot: the host reports a reserved device idle; no other task gets it', async () => {
+    f = await startFleet('stale-idle');
+    await f.addHost('h1', [{ deviceId: 'd1' }]);
+    const a = await f.fleet.submit({ goal: 'A [sim outcome=hang]' });
+    await f.waitForStatus(a.taskId, 'running');
+    await f.client.workflow.getHandle(hostWorkflowId(f.hostId('h1'))).signal(hostSnapshotSignal, {
+      hostId: f.hostId('h1'),
+      pool: f.pool,
+      devices: [{ deviceId: 'd1', driverType: 'sim', tags: [], state: 'idle', health: 'good' }],
+      sentAt: Date.now(),
+      seq: 1_000_000,
+      bootId: 'stale-view',
+    });
+    const b = await f.fleet.submit({ goal: 'B [sim duration=50]' });
+    await sleep(1_500);
+    assert.equal((await f.fleet.get(b.taskId)).status, 'queued');
+    assert.equal((await f.fleet.get(a.taskId)).status, 'running');
+    await f.fleet.cancel(a.taskId);
+    await f.waitForStatus(b.taskId, 'done');
+    const { reservations } = await assertNoOverlappingReservations(f.client, [{ hostId: f.hostId('h1'), deviceId: 'd1' }]);
+    assert.equal(reservations, 2);
+  });
+
+  it('Concurrent claims: two workers poll the same host queue; exactly one runs the attempt', async () => {
+    f = await startFleet('claims');
+    // Two host processes with the same host id poll the same task queue `fleet.host.<hostId>`.
+    const p1 = processHost('h1', 'd1', ['d2']);
+    const p2 = processHost('h1', 'd1', ['d2']);
+    await Promise.all([p1.waitForOutput('host started'), p2.waitForOutput('host started')]);
+    await deviceKnown(2);
+    const tasks = await Promise.all(Array.from({ length: 6 }, (_, i) => f!.fleet.submit({ goal: `t${i} [sim duration=200]` })));
+    const ended = await Promise.all(tasks.map((t) => f!.fleet.wait(t.taskId)));
+    assert.ok(ended.every((t) => t.status === 'done' && t.attempts.length === 1));
+    const claims = [p1, p2].flatMap((p) =>
+      p
+        .output()
+        .split('\n')
+        .filter((l) => l.includes('assignment claimed'))
+        .map((l) => JSON.parse(l).taskId as string),
+    );
+    assert.equal(claims.length, 6, 'each attempt was claimed by exactly one poller');
+    assert.deepEqual(new Set(claims), new Set(tasks.map((t) => t.taskId)));
+    for (const t of tasks) {
+      const runs = await taskAttemptRuns(f.client, t.taskId);
+      assert.equal(runs.length, 1);
+      assert.equal(runs[0].closeKind, 'completed');
+    }
+    await assertNoOverlappingReservations(f.client, ['d1', 'd2'].map((deviceId) => ({ hostId: f!.hostId('h1'), deviceId })));
+  });
+
+  it('Reservation counts from the decision: before the host confirms start, nobody else gets the device', async () => {
+    f = await startFleet('commit');
+    await silentHost('h1', ['d1']);
+    const a = await f.fleet.submit({ goal: 'A [sim duration=300]' });
+    await f.waitForStatus(a.taskId, 'assigned');
+    const b = await f.fleet.submit({ goal: 'B [sim duration=50]' });
+    await sleep(1_500);
+    assert.equal((await f.fleet.get(a.taskId)).status, 'assigned', 'A is reserved but not claimed');
+    assert.equal((await f.fleet.get(b.taskId)).status, 'queued', 'B does not get the reserved device');
+    await f.addHost('h1', [{ deviceId: 'd1' }]); // the host comes back and claims A
+    const [ra, rb] = await Promise.all([f.fleet.wait(a.taskId), f.fleet.wait(b.taskId)]);
+    assert.equal(ra.status, 'done');
+    assert.equal(rb.status, 'done');
+    assert.ok(rb.attempts[0].assignedAt >= ra.attempts[0].endedAt!);
+    await assertNoOverlappingReservations(f.client, [{ hostId: f.hostId('h1'), deviceId: 'd1' }]);
+  });
+
+  it('Lease expires with attempts remaining (host stops heartbeating): requeued, reservation released, expired attempt kept', async () => {
+    f = await startFleet('lease-retry');
+    const p = processHost('h1', 'd1');
+    await p.waitForOutput('host started');
+    await deviceKnown(1);
+    const { taskId } = await f.fleet.submit({ goal: 'long [sim outcome=hang]', policy: { leaseTimeoutMs: 3_000 } });
+    await f.waitForStatus(taskId, 'running');
+    p.kill('SIGKILL');
+    const rescue = recordingRunners({
+      override: async (ctx) => {
+        ctx.started();
+        return { status: 'done', output: 'rescued' };
+      },
+    });
+    await f.addHost('h2', [{ deviceId: 'd2' }], { runners: rescue.runners });
+    const t = await f.waitForStatus(taskId, 'done', 30_000);
+    assert.equal(t.attempts.length, 2);
+    assert.equal(t.attempts[0].outcome, 'lease_expired');
+    assert.equal(t.attempts[0].hostId, f.hostId('h1'));
+    assert.equal(t.attempts[1].outcome, 'done');
+    assert.equal(t.attempts[1].hostId, f.hostId('h2'));
+    const d1 = await device(f.hostId('h1'), 'd1');
+    assert.equal(d1.current, undefined);
+    assert.equal(d1.recent.at(-1)?.releaseReason, 'lease_expired');
+    await assertNoOverlappingReservations(f.client, [
+      { hostId: f.hostId('h1'), deviceId: 'd1' },
+      { hostId: f.hostId('h2'), deviceId: 'd2' },
+    ]);
+  });
+
+  it('Lease expires at the attempt limit: failed, reason lease_expired, reservation released', async () => {
+    f = await startFleet('lease-limit');
+    const p = processHost('h1', 'd1');
+    await p.waitForOutput('host started');
+    await deviceKnown(1);
+    const { taskId } = await f.fleet.submit({ goal: 'long [sim outcome=hang]', policy: { maxAttempts: 1, leaseTimeoutMs: 2_000 } });
+    await f.waitForStatus(taskId, 'running');
+    p.kill('SIGKILL');
+    const t = await f.waitForStatus(taskId, 'failed', 30_000);
+    assert.equal(t.result?.reason, 'lease_expired');
+    assert.equal(t.attempts.length, 1);
+    assert.equal(t.attempts[0].outcome, 'lease_expired');
+    assert.equal((await device(f.hostId('h1'), 'd1')).current, undefined);
+    assert.equal((await f.scheduler()).devices[0].reservedBy, undefined);
+  });
+
+  it('Active lease reports completion: terminal once, reservation released', async () => {
+    f = await startFleet('complete');
+    await f.addHost('h1', [{ deviceId: 'd1' }]);
+    const { taskId } = await f.fleet.submit({ goal: 'ok [sim duration=100]' });
+    const t = await f.fleet.wait(taskId);
+    assert.equal(t.status, 'done');
+    const d = await device(f.hostId('h1'), 'd1');
+    assert.equal(d.current, undefined);
+    assert.equal(d.recent.at(-1)?.leaseId, t.attempts[0].leaseId);
+    assert.equal(d.recent.at(-1)?.releaseReason, 'done');
+    // A repeated report for the finished attempt changes nothing.
+    await assert.rejects(
+      f.client.workflow.getHandle(taskWorkflowId(taskId)).executeUpdate(reportAttemptUpdate, {
+        args: [{ attempt: 1, leaseId: t.attempts[0].leaseId, hostId: f.hostId('h1'), kind: 'started', at: Date.now() }],
+      }),
+    );
+    const history = await f.client.workflow.getHandle(taskWorkflowId(taskId)).fetchHistory();
+    const closes = history.events!.filter((e) => e.workflowExecutionCompletedEventAttributes || e.workflowExecutionFailedEventAttributes);
+    assert.equal(closes.length, 1);
+    assert.deepEqual(await f.fleet.get(taskId), t);
+  });
+
+  it('Superseded lease reports completion (a host paused past its lease, then completes): rejected; current attempt unchanged', async () => {
+    f = await startFleet('superseded');
+    const p = processHost('h1', 'd1');
+    await p.waitForOutput('host started');
+    await deviceKnown(1);
+    const { taskId } = await f.fleet.submit({ goal: 'slow [sim duration=2500 steps=5]', policy: { leaseTimeoutMs: 3_000 } });
+    const first = await f.waitForStatus(taskId, 'running');
+    p.pause(); // SIGSTOP: no heartbeats, no snapshots; the host goes offline, the lease expires
+    let finish!: () => void;
+    const gate = new Promise<void>((r) => (finish = r));
+    const rescue = recordingRunners({
+      override: async (ctx) => {
+        ctx.started();
+        await gate;
+        return { status: 'done', output: 'attempt 2 result' };
+      },
+    });
+    await f.addHost('h2', [{ deviceId: 'd2' }], { runners: rescue.runners });
+    const second = await f.waitFor(taskId, (t) => t.current?.attempt === 2 && t.status === 'running', 'attempt 2 running', 30_000);
+    assert.equal(second.current?.hostId, f.hostId('h2'));
+    p.resume(); // the stale host wakes up, finishes its runner and reports
+    await sleep(3_000);
+    // A forged late report with attempt 1's lease is rejected too.
+    const stale = first.current!;
+    await assert.rejects(
+      f.client.workflow.getHandle(taskWorkflowId(taskId)).executeUpdate(reportAttemptUpdate, {
+        args: [{ attempt: 1, leaseId: stale.leaseId, hostId: stale.hostId, kind: 'progress', seq: 99, message: 'late', at: Date.now() }],
+      }),
+      (err: unknown) => {
+        assert.ok(err instanceof WorkflowUpdateFailedError);
+        assert.ok(err.cause instanceof ApplicationFailure);
+        assert.equal(err.cause.type, ErrorType.StaleLease);
+        return true;
+      },
+    );
+    const during = await f.fleet.get(taskId);
+    assert.equal(during.current?.attempt, 2);
+    assert.equal(during.status, 'running');
+    assert.notEqual(during.progress?.message, 'late');
+    finish();
+    const t = await f.waitForStatus(taskId, 'done');
+    assert.equal(t.result?.output, 'attempt 2 result');
+    assert.equal(t.attempts[0].outcome, 'lease_expired');
+    const runs = await taskAttemptRuns(f.client, taskId);
+    assert.equal(runs.length, 2);
+    assert.equal(runs[0].closeKind, 'timedOut', 'the paused attempt never completed in history');
+    assert.equal(runs[1].closeKind, 'completed');
+    await assertNoOverlappingReservations(f.client, [
+      { hostId: f.hostId('h1'), deviceId: 'd1' },
+      { hostId: f.hostId('h2'), deviceId: 'd2' },
+    ]);
+  });
+
+  it('Host never picks up (ack deadline): dispatch failure, released, requeued; after the limit: failed, dispatch_failed', async () => {
+    f = await startFleet('ack');
+    await silentHost('h1', ['d1']);
+    const { taskId } = await f.fleet.submit({
+      goal: 'x',
+      policy: { ackTimeoutMs: 1_000, maxDispatchFailures: 2, maxAttempts: 5, backoff: { initialMs: 100, multiplier: 2, maxMs: 1_000 } },
+    });
+    const t = await f.waitForStatus(taskId, 'failed', 30_000);
+    assert.equal(t.result?.reason, 'dispatch_failed');
+    assert.equal(t.attempts.length, 2);
+    for (const a of t.attempts) {
+      assert.equal(a.outcome, 'dispatch_failed');
+      assert.equal(a.reason, 'ack_timeout');
+      assert.equal(a.claimedAt, undefined);
+    }
+    assert.ok(t.attempts[1].assignedAt > t.attempts[0].endedAt!, 'the second attempt came after the first was released');
+    assert.equal((await device(f.hostId('h1'), 'd1')).current, undefined);
+    await assertNoOverlappingReservations(f.client, [{ hostId: f.hostId('h1'), deviceId: 'd1' }]);
+  });
+
+  it('Non-retryable runner error or unknown workflow definition: failed at once, no retry', async () => {
+    f = await startFleet('nonretry');
+    await f.addHost('h1', [{ deviceId: 'd1' }]);
+    const a = await f.fleet.submit({ goal: 'x [sim duration=50 outcome=fail]' });
+    const b = await f.fleet.submit({ definition: 'no-such-definition' });
+    const [ra, rb] = await Promise.all([f.fleet.wait(a.taskId), f.fleet.wait(b.taskId)]);
+    assert.equal(ra.status, 'failed');
+    assert.equal(ra.attempts.length, 1);
+    assert.equal(ra.result?.reason, 'runner_failed');
+    assert.equal(rb.status, 'failed');
+    assert.equal(rb.attempts.length, 1);
+    assert.equal(rb.result?.reason, 'unknown_definition');
+  });
+});
