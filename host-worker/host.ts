@@ -29,6 +29,8 @@ export interface HostOptions {
   progressIntervalMs?: number;
   /** Concurrent assignments; defaults to the number of devices (at least 1). */
   maxConcurrentAssignments?: number;
+  /** History length at which the host workflow continues-as-new (tests lower it). */
+  historyLimit?: number;
   log?(message: string, fields: Record<string, unknown>): void;
 }
 
@@ -89,7 +91,7 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
     await client.workflow.signalWithStart<typeof hostWorkflow, [HostSnapshot]>('hostWorkflow', {
       workflowId: hostWorkflowId(opts.hostId),
       taskQueue: controlTaskQueue,
-      args: [{ hostId: opts.hostId, pool, hostTimeoutMs }],
+      args: [{ hostId: opts.hostId, pool, hostTimeoutMs, historyLimit: opts.historyLimit }],
       signal: hostSnapshotSignal,
       signalArgs: [snapshot()],
       staticSummary: `host ${opts.hostId} (pool ${pool})`,

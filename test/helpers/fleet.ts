@@ -15,10 +15,13 @@ import { schedulerWorkflowId } from '../../workflows/ids';
 import { schedulerStateQuery, type SchedulerView } from '../../workflows/messages';
 import type { TaskStatus, TaskView } from '../../workflows/types';
 import { testEnv, workflowBundle } from '../setup';
+import { spawnControlPlane, type HostProcess } from './processes';
 
 export const uid = (prefix: string): string => `${prefix}-${randomBytes(4).toString('hex')}`;
 
 export interface FleetOptions {
+  /** 'process': the control plane runs as a real child process (tests that kill it). */
+  controlPlane?: 'in-process' | 'process';
   strategy?: string;
   maxQueueDepth?: number;
   agingMs?: number;
@@ -33,6 +36,7 @@ export interface Fleet {
   fleet: FleetClient;
   hostId(name: string): string;
   addHost(name: string, devices: SimDeviceSpec[], opts?: Partial<HostOptions>): Promise<HostAgent>;
+  /** In-process: graceful worker shutdown; process: SIGKILL. */
   stopControlPlane(): Promise<void>;
   startControlPlane(): Promise<void>;
   scheduler(): Promise<SchedulerView>;
@@ -89,8 +93,14 @@ export async function startFleet(name: string, opts: FleetOptions = {}): Promise
   const hosts: HostAgent[] = [];
   let worker: Worker | undefined;
   let running: Promise<void> | undefined;
+  let proc: HostProcess | undefined;
 
   const startControlPlane = async () => {
+    if (opts.controlPlane === 'process') {
+      proc = spawnControlPlane(config);
+      await proc.waitForOutput('control plane started');
+      return;
+    }
     worker = await createControlPlaneWorker({
       connection: env.nativeConnection,
       client,
@@ -101,12 +111,17 @@ export async function startFleet(name: string, opts: FleetOptions = {}): Promise
     running = worker.run();
   };
   const stopControlPlane = async () => {
+    if (proc) {
+      proc.kill('SIGKILL');
+      await proc.exited;
+      proc = undefined;
+    }
     if (worker && worker.getState() === 'RUNNING') worker.shutdown();
     await running;
     worker = undefined;
   };
   await startControlPlane();
-  await ensurePools(client, config);
+  if (opts.controlPlane !== 'process') await ensurePools(client, config);
 
   const self: Fleet = {
     pool,

@@ -19,13 +19,25 @@ export interface HostProcess {
 }
 
 export function spawnHost(config: Partial<HostConfig> & Pick<HostConfig, 'hostId' | 'driver'>): HostProcess {
-  const dir = mkdtempSync(join(tmpdir(), 'fleet-host-'));
-  const path = join(dir, 'host.json');
+  return spawnEntry(join('host-worker', 'main.ts'), ['--config', writeConfig('host', config)], {});
+}
+
+export function spawnControlPlane(config: unknown): HostProcess {
+  return spawnEntry(join('control-plane', 'main.ts'), [], { FLEET_CONFIG: writeConfig('control', config) });
+}
+
+function writeConfig(kind: string, config: unknown): string {
+  const path = join(mkdtempSync(join(tmpdir(), `fleet-${kind}-`)), `${kind}.json`);
   writeFileSync(path, JSON.stringify(config));
+  return path;
+}
+
+function spawnEntry(entry: string, args: string[], extraEnv: Record<string, string>): HostProcess {
   const env = testEnv();
-  const child = spawn(process.execPath, ['--import', 'tsx', join(__dirname, '..', '..', 'host-worker', 'main.ts'), '--config', path], {
+  const child = spawn(process.execPath, ['--import', 'tsx', join(__dirname, '..', '..', entry), ...args], {
     env: {
       ...process.env,
+      ...extraEnv,
       TEMPORAL_ADDRESS: env.address,
       TEMPORAL_NAMESPACE: env.namespace ?? 'default',
     },
@@ -39,7 +51,7 @@ export function spawnHost(config: Partial<HostConfig> & Pick<HostConfig, 'hostId
     child,
     output: () => out,
     kill: (signal = 'SIGKILL') => {
-      if (child.exitCode === null) child.kill(signal);
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
     },
     pause: () => child.kill('SIGSTOP'),
     resume: () => child.kill('SIGCONT'),
@@ -47,8 +59,8 @@ export function spawnHost(config: Partial<HostConfig> & Pick<HostConfig, 'hostId
     async waitForOutput(text, timeoutMs = 30_000) {
       const deadline = Date.now() + timeoutMs;
       while (!out.includes(text)) {
-        if (child.exitCode !== null) throw new Error(`host exited (${child.exitCode}) before "${text}":\n${out}`);
-        if (Date.now() > deadline) throw new Error(`timed out waiting for "${text}" from host:\n${out}`);
+        if (child.exitCode !== null || child.signalCode !== null) throw new Error(`process exited before "${text}":\n${out}`);
+        if (Date.now() > deadline) throw new Error(`timed out waiting for "${text}":\n${out}`);
         await new Promise((r) => setTimeout(r, 100));
       }
     },
