@@ -12,6 +12,7 @@ async function main(): Promise<void> {
   const client = await connectClient(settings);
   const connection = await connectWorker(settings);
   const worker = await createControlPlaneWorker({ connection, client, config, namespace: settings.namespace });
+  const running = worker.run(); // the schedulers need a running worker to apply their configuration
   await ensurePools(client, config);
   const log = (message: string, fields: Record<string, unknown> = {}) =>
     console.log(JSON.stringify({ level: 'info', component: 'control-plane', message, ...fields }));
@@ -19,7 +20,7 @@ async function main(): Promise<void> {
   const stop = () => worker.shutdown();
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);
-  await worker.run();
+  await running;
   log('control plane stopped');
   await connection.close();
   await client.connection.close();

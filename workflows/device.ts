@@ -48,6 +48,7 @@ export async function deviceWorkflow(input: DeviceInput): Promise<never> {
     recent: input.carried?.recent ?? [],
     reservations: input.carried?.reservations ?? 0,
     refusals: input.carried?.refusals ?? 0,
+    runs: (input.carried?.runs ?? 0) + 1,
   };
   let inFlight = 0;
   const send = (p: Promise<void>, onError: (err: unknown) => void): void => {

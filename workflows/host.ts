@@ -55,16 +55,9 @@ export function assignmentRelevant(view: HostView): string {
 
 export async function hostWorkflow(input: HostInput): Promise<never> {
   const { hostId } = input;
-  const view: HostView = input.carried?.view ?? {
-    hostId,
-    pool: input.pool,
-    online: false,
-    drained: false,
-    drainedDevices: [],
-    seq: -1,
-    devices: [],
-    published: 0,
-  };
+  const view: HostView = input.carried
+    ? { ...input.carried.view, runs: input.carried.view.runs + 1 }
+    : { hostId, pool: input.pool, online: false, drained: false, drainedDevices: [], seq: -1, devices: [], published: 0, runs: 1 };
   const ensured = new Set<string>(input.carried?.ensured ?? []);
   let publishedPools = new Set<string>(input.carried?.publishedPools ?? []);
   let lastPublished = input.carried?.lastPublished ?? '';

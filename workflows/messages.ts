@@ -109,6 +109,8 @@ export interface DeviceView {
   recent: Array<Reservation & { releasedAt: number; releaseReason: string }>;
   reservations: number;
   refusals: number;
+  /** Runs of this workflow so far (continue-as-new increments it). */
+  runs: number;
 }
 export const reserveDeviceSignal = defineSignal<[ReservationRequest]>('reserveDevice');
 export const releaseDeviceSignal = defineSignal<[{ leaseId: string; reason: string }]>('releaseDevice');
@@ -126,6 +128,8 @@ export interface HostView {
   seq: number;
   devices: DeviceSnapshot[];
   published: number;
+  /** Runs of this workflow so far (continue-as-new increments it). */
+  runs: number;
 }
 export const hostSnapshotSignal = defineSignal<[HostSnapshot]>('hostSnapshot');
 export const setHostDrainSignal = defineSignal<[{ drained: boolean }]>('setHostDrain');

@@ -1,0 +1,73 @@
+/**
+ * Durability: a killed control plane loses nothing; long-lived workflows continue-as-new and
+ * carry every queued task and reservation across the boundary.
+ */
+import assert from 'node:assert/strict';
+import { deviceWorkflowId, hostWorkflowId } from '../workflows/ids';
+import { deviceStateQuery, hostStateQuery, releaseDeviceSignal } from '../workflows/messages';
+import { eventually, startFleet, type Fleet } from './helpers/fleet';
+import { assertNoOverlappingReservations, deviceReservationIntervals } from './helpers/invariants';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe('durability', () => {
+  let f: Fleet | undefined;
+  afterEach(async () => {
+    await f?.stop();
+    f = undefined;
+  });
+
+  const deviceRuns = async () =>
+    (await f!.client.workflow.getHandle(deviceWorkflowId(f!.hostId('h1'), 'd1')).query(deviceStateQuery)).runs;
+
+  it('Killing and restarting the control-plane worker with tasks queued and running loses nothing', async () => {
+    f = await startFleet('cp-kill', { controlPlane: 'process' });
+    await f.addHost('h1', [{ deviceId: 'd1' }, { deviceId: 'd2' }]);
+    const tasks = await Promise.all(Array.from({ length: 8 }, (_, i) => f!.fleet.submit({ goal: `t${i} [sim duration=700]` })));
+    await eventually(async () => {
+      const views = await Promise.all(tasks.map((t) => f!.fleet.get(t.taskId)));
+      const running = views.filter((v) => v.status === 'running').length;
+      const queued = views.filter((v) => v.status === 'queued').length;
+      return running >= 1 && queued >= 1 ? true : undefined;
+    }, 'some running and some queued');
+    await f.stopControlPlane(); // SIGKILL
+    await sleep(1_500);
+    await f.startControlPlane();
+    const ended = await Promise.all(tasks.map((t) => f!.fleet.wait(t.taskId)));
+    assert.deepEqual(
+      ended.map((t) => t.status),
+      tasks.map(() => 'done'),
+    );
+    assert.ok(ended.every((t) => t.attempts.length <= t.policy.maxAttempts));
+    await assertNoOverlappingReservations(f.client, ['d1', 'd2'].map((deviceId) => ({ hostId: f!.hostId('h1'), deviceId })));
+  });
+
+  it('Scheduler, device and host workflows continue-as-new carrying their state; no task or reservation lost', async () => {
+    f = await startFleet('can', { historyLimit: 40 });
+    const host = await f.addHost('h1', [{ deviceId: 'd1' }], { historyLimit: 40, snapshotIntervalMs: 200 });
+    const holder = await f.fleet.submit({ goal: 'holder [sim outcome=hang duration=300]' });
+    await f.waitForStatus(holder.taskId, 'running');
+    // Queue tasks behind the held device: the scheduler's history grows past its limit with them queued.
+    const queued = await Promise.all(Array.from({ length: 12 }, (_, i) => f!.fleet.submit({ goal: `q${i} [sim duration=50]` })));
+    // Grow the device's history while it is reserved (no-op releases of unknown leases) so it rolls over mid-reservation.
+    const dev = f.client.workflow.getHandle(deviceWorkflowId(f.hostId('h1'), 'd1'));
+    let noise = 0;
+    await eventually(async () => {
+      for (let i = 0; i < 5; i++) await dev.signal(releaseDeviceSignal, { leaseId: `not-a-lease-${noise++}`, reason: 'noise' });
+      return (await deviceRuns()) >= 2 ? true : undefined;
+    }, 'device rolled over');
+    assert.equal((await f.fleet.get(holder.taskId)).status, 'running', 'still running across the device roll-over');
+    await f.fleet.cancel(holder.taskId);
+    const ended = await Promise.all(queued.map((t) => f!.fleet.wait(t.taskId)));
+    assert.ok(ended.every((t) => t.status === 'done' && t.attempts.length === 1));
+    assert.ok((await f.scheduler()).runsSinceStart >= 2, 'the scheduler continued-as-new');
+    const hostRuns = async () => (await f!.client.workflow.getHandle(hostWorkflowId(host.hostId)).query(hostStateQuery)).runs;
+    await eventually(async () => ((await hostRuns()) >= 2 ? true : undefined), 'host rolled over');
+    const intervals = await deviceReservationIntervals(f.client, f.hostId('h1'), 'd1');
+    const held = intervals.find((i) => i.taskId === holder.taskId)!;
+    assert.ok(held.end !== undefined, 'the reservation begun in one run was released in a later one');
+    assert.notEqual(held.runId, held.endRunId);
+    const { reservations } = await assertNoOverlappingReservations(f.client, [{ hostId: f.hostId('h1'), deviceId: 'd1' }]);
+    assert.equal(reservations, 13);
+  });
+});
