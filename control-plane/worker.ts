@@ -1,5 +1,5 @@
 /** The control-plane worker: every fleet workflow plus the control-plane activities, on one task queue. */
-import { Client } from '@temporalio/client';
+import { type Client } from '@temporalio/client';
 import { Worker, type NativeConnection, type WorkflowBundle } from '@temporalio/worker';
 import { createControlPlaneActivities } from '../activities/control-plane';
 import { schedulerWorkflowId } from '../workflows/ids';

@@ -41,7 +41,7 @@ export function loadHostConfig(path: string): HostConfig {
   try {
     raw = JSON.parse(readFileSync(path, 'utf8'));
   } catch (err) {
-    throw new Error(`cannot read host config ${path}: ${(err as Error).message}`);
+    throw new Error(`cannot read host config ${path}: ${(err as Error).message}`, { cause: err });
   }
   const r = HostConfigSchema.safeParse(raw);
   if (!r.success) {

@@ -4,7 +4,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { Client, type ConnectionLike } from '@temporalio/client';
-import { NativeConnection, Worker } from '@temporalio/worker';
+import { type NativeConnection, Worker } from '@temporalio/worker';
 import type { hostWorkflow } from '../workflows/host';
 import { DEFAULT_CONTROL_TASK_QUEUE, DEFAULT_POOL, hostTaskQueue, hostWorkflowId } from '../workflows/ids';
 import { hostSnapshotSignal } from '../workflows/messages';
