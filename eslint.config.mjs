@@ -9,7 +9,7 @@ import { builtinModules } from 'node:module';
 const nodeBuiltins = [...builtinModules, ...builtinModules.map((m) => `node:${m}`)];
 
 export default tseslint.config(
-  { ignores: ['node_modules/**', '.data/**', 'lib/**', 'eslint.config.mjs', 'scripts/**/*.mjs'] },
+  { ignores: ['node_modules/**', '.data/**', 'lib/**', 'eslint.config.mjs', 'scripts/**/*.mjs', 'test/reporter.js'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

@@ -1,0 +1,53 @@
+/** The typed client's list and validation, through the registered search attributes (what the Web UI filters on). */
+import assert from 'node:assert/strict';
+import { ValidationError } from '../control-plane/client';
+import { eventually, startFleet, type Fleet } from './helpers/fleet';
+
+describe('fleet client', () => {
+  let f: Fleet | undefined;
+  afterEach(async () => {
+    await f?.stop();
+    f = undefined;
+  });
+
+  it('rejects bad input with every field named, and starts nothing', async () => {
+    f = await startFleet('client-bad');
+    await assert.rejects(
+      f.fleet.submit({ taskId: 'bad id!', goal: '', priority: 5000 } as never),
+      (err: unknown) => {
+        assert.ok(err instanceof ValidationError);
+        const paths = err.issues.map((i) => i.path);
+        assert.ok(paths.includes('taskId') && paths.includes('goal') && paths.includes('priority'), paths.join(','));
+        return true;
+      },
+    );
+    await assert.rejects(f.fleet.submit({ goal: 'x', definition: 'y' }), /exactly one of "goal" or "definition"/);
+    assert.equal((await f.scheduler()).queue.length, 0);
+  });
+
+  it('lists tasks by status, pool, host and device through search attributes', async () => {
+    f = await startFleet('client-list');
+    await f.addHost('h1', [{ deviceId: 'd1', driverType: 'android' }]);
+    const done = await f.fleet.submit({ goal: 'quick [sim duration=50]', constraints: { driverType: 'android' } });
+    await f.fleet.wait(done.taskId);
+    const waiting = await f.fleet.submit({ goal: 'needs ios', constraints: { driverType: 'ios' } });
+    const byStatus = await eventually(async () => {
+      const l = await f!.fleet.list({ pool: f!.pool, status: 'done' });
+      return l.length === 1 ? l : undefined;
+    }, 'visibility of the done task');
+    assert.equal(byStatus[0].taskId, done.taskId);
+    assert.equal(byStatus[0].hostId, f.hostId('h1'));
+    assert.equal(byStatus[0].deviceId, 'd1');
+    assert.equal(byStatus[0].attempt, 1);
+    const queued = await f.fleet.list({ pool: f.pool, status: 'queued' });
+    assert.deepEqual(
+      queued.map((t) => t.taskId),
+      [waiting.taskId],
+    );
+    const onHost = await f.fleet.list({ hostId: f.hostId('h1') });
+    assert.deepEqual(
+      onHost.map((t) => t.taskId),
+      [done.taskId],
+    );
+  });
+});

@@ -1,0 +1,125 @@
+/** Unit tests of pure scheduling logic: strategies, constraint matching, backoff, validation, classification. */
+import assert from 'node:assert/strict';
+import { ActivityFailure, ApplicationFailure, TimeoutFailure } from '@temporalio/common';
+import { parseControlPlaneConfig } from '../control-plane/config';
+import { backoffDelayMs, DEFAULT_POLICY, validateTaskInput } from '../workflows/policy';
+import { getStrategy, hasStrategy, matches, registerStrategy, type QueuedTask } from '../workflows/strategies';
+import { classifyActivityError } from '../workflows/task';
+import type { PoolDevice, TaskInput } from '../workflows/types';
+
+const dev = (deviceId: string, over: Partial<PoolDevice> = {}): PoolDevice => ({
+  hostId: 'h1',
+  deviceId,
+  driverType: 'android',
+  tags: [],
+  state: 'idle',
+  health: 'good',
+  hostOnline: true,
+  hostDrained: false,
+  deviceDrained: false,
+  ...over,
+});
+const task = (taskId: string, submittedAt: number, over: Partial<QueuedTask> = {}): QueuedTask => ({
+  taskId,
+  constraints: { tags: [] },
+  priority: 0,
+  submittedAt,
+  enqueuedAt: submittedAt,
+  attempt: 1,
+  holdMs: 1000,
+  ...over,
+});
+
+describe('assignment strategies (pure)', () => {
+  it('fifo_match: oldest matching task first, first matching device', () => {
+    const pairs = getStrategy('fifo_match').assign([task('A', 1), task('B', 2)], [dev('d1')], { now: 10, agingMs: 1 });
+    assert.deepEqual(
+      pairs.map((p) => [p.task.taskId, p.device.deviceId]),
+      [['A', 'd1']],
+    );
+  });
+
+  it('fifo_match skips a head task that matches nothing and serves the next', () => {
+    const q = [task('ios', 1, { constraints: { driverType: 'ios', tags: [] } }), task('droid', 2)];
+    const pairs = getStrategy('fifo_match').assign(q, [dev('d1'), dev('d2')], { now: 10, agingMs: 1 });
+    assert.deepEqual(
+      pairs.map((p) => p.task.taskId),
+      ['droid'],
+    );
+  });
+
+  it('matches driverType, every required tag, and host/device pins', () => {
+    const d = dev('px', { tags: ['camera', 'api34'] });
+    assert.ok(matches({ driverType: 'android', tags: ['camera'] }, d));
+    assert.ok(!matches({ tags: ['camera', 'nfc'] }, d));
+    assert.ok(!matches({ driverType: 'ios', tags: [] }, d));
+    assert.ok(matches({ tags: [], hostId: 'h1', deviceId: 'px' }, d));
+    assert.ok(!matches({ tags: [], deviceId: 'other' }, d));
+    assert.ok(!matches({ tags: [], hostId: 'h2' }, d));
+  });
+
+  it('priority_aging: higher priority first, and waiting raises priority so nothing starves', () => {
+    const s = getStrategy('priority_aging');
+    const old = task('old-low', 0, { priority: 0 });
+    const fresh = task('new-high', 9_000, { priority: 5 });
+    assert.equal(s.assign([old, fresh], [dev('d1')], { now: 10_000, agingMs: 60_000 })[0].task.taskId, 'new-high');
+    // Ten minutes on, with agingMs=60s the old task's effective priority is 10: it beats a priority-5 task that just arrived.
+    const arriving = task('arriving-high', 590_000, { priority: 5 });
+    assert.equal(s.assign([old, arriving], [dev('d1')], { now: 600_000, agingMs: 60_000 })[0].task.taskId, 'old-low');
+  });
+
+  it('a new strategy registered by name is usable by configuration alone', () => {
+    registerStrategy({
+      name: 'newest_first',
+      description: 'test strategy: newest task first',
+      assign: (queue, free) => (free.length && queue.length ? [{ task: queue[queue.length - 1], device: free[0] }] : []),
+    });
+    assert.ok(hasStrategy('newest_first'));
+    const config = parseControlPlaneConfig({ pools: { lab: { strategy: 'newest_first' } } });
+    assert.equal(config.pools.lab.strategy, 'newest_first');
+    const pairs = getStrategy(config.pools.lab.strategy).assign([task('A', 1), task('B', 2)], [dev('d1')], { now: 3, agingMs: 1 });
+    assert.equal(pairs[0].task.taskId, 'B');
+  });
+});
+
+describe('policy and classification (pure)', () => {
+  it('backoff doubles per attempt and is capped', () => {
+    const p = { ...DEFAULT_POLICY, backoff: { initialMs: 1_000, multiplier: 2, maxMs: 5_000 } };
+    assert.deepEqual(
+      [1, 2, 3, 4, 5].map((n) => backoffDelayMs(p, n)),
+      [1_000, 2_000, 4_000, 5_000, 5_000],
+    );
+  });
+
+  it('validation names every bad field', () => {
+    const bad = {
+      taskId: 'has space',
+      pool: '',
+      work: { kind: 'goal', goal: ' ' },
+      constraints: { tags: [''] },
+      priority: Number.NaN,
+      policy: { ...DEFAULT_POLICY, maxAttempts: 0 },
+    } as unknown as TaskInput;
+    const problems = validateTaskInput(bad);
+    for (const field of ['taskId', 'pool', 'work.goal', 'constraints.tags', 'priority', 'policy.maxAttempts']) {
+      assert.ok(
+        problems.some((p) => p.startsWith(`${field}:`)),
+        `${field} reported in ${problems.join(' | ')}`,
+      );
+    }
+  });
+
+  it('classifies activity failures into retryable/terminal and dispatch/lease classes', () => {
+    const wrap = (cause: Error) => new ActivityFailure('failed', 'runAssignment', '1', 'NON_RETRYABLE_FAILURE', undefined, cause);
+    const ack = classifyActivityError(wrap(new TimeoutFailure('t', undefined, 'SCHEDULE_TO_START')));
+    assert.deepEqual([ack.outcome, ack.reason, ack.retryable, ack.dispatchFailure], ['dispatch_failed', 'ack_timeout', true, true]);
+    const lease = classifyActivityError(wrap(new TimeoutFailure('t', undefined, 'HEARTBEAT')));
+    assert.deepEqual([lease.outcome, lease.reason, lease.retryable], ['lease_expired', 'lease_expired', true]);
+    const def = classifyActivityError(wrap(ApplicationFailure.nonRetryable('no such', 'UnknownDefinition')));
+    assert.deepEqual([def.outcome, def.reason, def.retryable], ['failed', 'unknown_definition', false]);
+    const gone = classifyActivityError(wrap(ApplicationFailure.retryable('unplugged', 'DeviceUnavailable')));
+    assert.deepEqual([gone.outcome, gone.dispatchFailure], ['dispatch_failed', true]);
+    const crash = classifyActivityError(wrap(ApplicationFailure.retryable('boom', 'RunnerFailed')));
+    assert.deepEqual([crash.outcome, crash.retryable, crash.dispatchFailure], ['retryable_failure', true, false]);
+  });
+});
