@@ -5,7 +5,7 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { DEFAULT_CONTROL_TASK_QUEUE, DEFAULT_POOL } from '../workflows/ids';
-import { DEFAULT_POLICY } from '../workflows/policy';
+import { DEFAULT_POLICY, MAX_ATTEMPTS_LIMIT } from '../workflows/policy';
 import { hasStrategy, strategyNames } from '../workflows/strategies';
 
 export class ConfigError extends Error {
@@ -25,7 +25,7 @@ export const SchedulerConfigSchema = z.object({
 });
 
 export const TaskPolicySchema = z.object({
-  maxAttempts: z.number().int().positive().default(DEFAULT_POLICY.maxAttempts),
+  maxAttempts: z.number().int().positive().max(MAX_ATTEMPTS_LIMIT).default(DEFAULT_POLICY.maxAttempts),
   maxDispatchFailures: z.number().int().positive().default(DEFAULT_POLICY.maxDispatchFailures),
   backoff: z
     .object({

@@ -20,7 +20,7 @@ export const HostConfigSchema = z.object({
   controlTaskQueue: z.string().min(1).default(DEFAULT_CONTROL_TASK_QUEUE),
   snapshotIntervalMs: z.number().int().positive().default(10_000),
   hostTimeoutMs: z.number().int().positive().default(30_000),
-  progressIntervalMs: z.number().int().positive().default(1_000),
+  progressIntervalMs: z.number().int().positive().default(5_000),
   driver: z.object({
     type: z.literal('sim'),
     devices: z.array(SimDeviceSchema).default([]),
@@ -30,7 +30,13 @@ export const HostConfigSchema = z.object({
   definitions: z
     .record(
       id,
-      z.array(z.object({ name: z.string().min(1), command: z.array(z.string()).min(1), timeoutMs: z.number().int().positive().optional() })),
+      z.array(
+        z.object({
+          name: z.string().min(1),
+          command: z.array(z.string()).min(1),
+          timeoutMs: z.number().int().positive().optional(),
+        }),
+      ),
     )
     .default({}),
 });
@@ -45,7 +51,9 @@ export function loadHostConfig(path: string): HostConfig {
   }
   const r = HostConfigSchema.safeParse(raw);
   if (!r.success) {
-    throw new Error(`invalid host config ${path}:\n  ${r.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('\n  ')}`);
+    throw new Error(
+      `invalid host config ${path}:\n  ${r.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('\n  ')}`,
+    );
   }
   return r.data;
 }

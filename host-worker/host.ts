@@ -66,8 +66,13 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
       client,
       runners: opts.runners ?? createSimRunners({ definitions: opts.definitions }),
       devices: () => devices,
-      progressIntervalMs: opts.progressIntervalMs ?? 1_000,
-      onBusy: (deviceId, b) => (b ? busy.add(deviceId) : busy.delete(deviceId)),
+      progressIntervalMs: opts.progressIntervalMs ?? 5_000,
+      claimDevice: (deviceId) => {
+        if (busy.has(deviceId)) return false;
+        busy.add(deviceId);
+        return true;
+      },
+      releaseDevice: (deviceId) => busy.delete(deviceId),
       log: opts.log,
     }),
     maxConcurrentActivityTaskExecutions: opts.maxConcurrentAssignments ?? Math.max(1, opts.devices.length),

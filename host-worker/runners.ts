@@ -73,7 +73,10 @@ export function createStepsRunner(
         ctx.progress(`step ${i + 1}/${steps.length} ${step.name}: started`);
         const r = await executeStep(step, ctx);
         if (r.status === 'failed') {
-          return { ...r, message: `step ${i + 1}/${steps.length} ${step.name} failed${r.message ? `: ${r.message}` : ''}` };
+          return {
+            ...r,
+            message: `step ${i + 1}/${steps.length} ${step.name} failed${r.message ? `: ${r.message}` : ''}`,
+          };
         }
         ctx.progress(`step ${i + 1}/${steps.length} ${step.name}: done`);
       }

@@ -12,15 +12,12 @@ describe('fleet client', () => {
 
   it('rejects bad input with every field named, and starts nothing', async () => {
     f = await startFleet('client-bad');
-    await assert.rejects(
-      f.fleet.submit({ taskId: 'bad id!', goal: '', priority: 5000 } as never),
-      (err: unknown) => {
-        assert.ok(err instanceof ValidationError);
-        const paths = err.issues.map((i) => i.path);
-        assert.ok(paths.includes('taskId') && paths.includes('goal') && paths.includes('priority'), paths.join(','));
-        return true;
-      },
-    );
+    await assert.rejects(f.fleet.submit({ taskId: 'bad id!', goal: '', priority: 5000 } as never), (err: unknown) => {
+      assert.ok(err instanceof ValidationError);
+      const paths = err.issues.map((i) => i.path);
+      assert.ok(paths.includes('taskId') && paths.includes('goal') && paths.includes('priority'), paths.join(','));
+      return true;
+    });
     await assert.rejects(f.fleet.submit({ goal: 'x', definition: 'y' }), /exactly one of "goal" or "definition"/);
     assert.equal((await f.scheduler()).queue.length, 0);
   });

@@ -23,7 +23,9 @@ describe('durability', () => {
   it('Killing and restarting the control-plane worker with tasks queued and running loses nothing', async () => {
     f = await startFleet('cp-kill', { controlPlane: 'process' });
     await f.addHost('h1', [{ deviceId: 'd1' }, { deviceId: 'd2' }]);
-    const tasks = await Promise.all(Array.from({ length: 8 }, (_, i) => f!.fleet.submit({ goal: `t${i} [sim duration=700]` })));
+    const tasks = await Promise.all(
+      Array.from({ length: 8 }, (_, i) => f!.fleet.submit({ goal: `t${i} [sim duration=700]` })),
+    );
     await eventually(async () => {
       const views = await Promise.all(tasks.map((t) => f!.fleet.get(t.taskId)));
       const running = views.filter((v) => v.status === 'running').length;
@@ -39,7 +41,10 @@ describe('durability', () => {
       tasks.map(() => 'done'),
     );
     assert.ok(ended.every((t) => t.attempts.length <= t.policy.maxAttempts));
-    await assertNoOverlappingReservations(f.client, ['d1', 'd2'].map((deviceId) => ({ hostId: f!.hostId('h1'), deviceId })));
+    await assertNoOverlappingReservations(
+      f.client,
+      ['d1', 'd2'].map((deviceId) => ({ hostId: f!.hostId('h1'), deviceId })),
+    );
   });
 
   it('Scheduler, device and host workflows continue-as-new carrying their state; no task or reservation lost', async () => {
@@ -48,12 +53,15 @@ describe('durability', () => {
     const holder = await f.fleet.submit({ goal: 'holder [sim outcome=hang duration=300]' });
     await f.waitForStatus(holder.taskId, 'running');
     // Queue tasks behind the held device: the scheduler's history grows past its limit with them queued.
-    const queued = await Promise.all(Array.from({ length: 12 }, (_, i) => f!.fleet.submit({ goal: `q${i} [sim duration=50]` })));
+    const queued = await Promise.all(
+      Array.from({ length: 12 }, (_, i) => f!.fleet.submit({ goal: `q${i} [sim duration=50]` })),
+    );
     // Grow the device's history while it is reserved (no-op releases of unknown leases) so it rolls over mid-reservation.
     const dev = f.client.workflow.getHandle(deviceWorkflowId(f.hostId('h1'), 'd1'));
     let noise = 0;
     await eventually(async () => {
-      for (let i = 0; i < 5; i++) await dev.signal(releaseDeviceSignal, { leaseId: `not-a-lease-${noise++}`, reason: 'noise' });
+      for (let i = 0; i < 5; i++)
+        await dev.signal(releaseDeviceSignal, { leaseId: `not-a-lease-${noise++}`, reason: 'noise' });
       return (await deviceRuns()) >= 2 ? true : undefined;
     }, 'device rolled over');
     assert.equal((await f.fleet.get(holder.taskId)).status, 'running', 'still running across the device roll-over');
@@ -61,13 +69,16 @@ describe('durability', () => {
     const ended = await Promise.all(queued.map((t) => f!.fleet.wait(t.taskId)));
     assert.ok(ended.every((t) => t.status === 'done' && t.attempts.length === 1));
     assert.ok((await f.scheduler()).runsSinceStart >= 2, 'the scheduler continued-as-new');
-    const hostRuns = async () => (await f!.client.workflow.getHandle(hostWorkflowId(host.hostId)).query(hostStateQuery)).runs;
+    const hostRuns = async () =>
+      (await f!.client.workflow.getHandle(hostWorkflowId(host.hostId)).query(hostStateQuery)).runs;
     await eventually(async () => ((await hostRuns()) >= 2 ? true : undefined), 'host rolled over');
     const intervals = await deviceReservationIntervals(f.client, f.hostId('h1'), 'd1');
     const held = intervals.find((i) => i.taskId === holder.taskId)!;
     assert.ok(held.end !== undefined, 'the reservation begun in one run was released in a later one');
     assert.notEqual(held.runId, held.endRunId);
-    const { reservations } = await assertNoOverlappingReservations(f.client, [{ hostId: f.hostId('h1'), deviceId: 'd1' }]);
+    const { reservations } = await assertNoOverlappingReservations(f.client, [
+      { hostId: f.hostId('h1'), deviceId: 'd1' },
+    ]);
     assert.equal(reservations, 13);
   });
 });

@@ -31,7 +31,10 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
   const device = (hostId: string, deviceId: string): Promise<DeviceView> =>
     f!.client.workflow.getHandle(deviceWorkflowId(hostId, deviceId)).query(deviceStateQuery);
   const deviceKnown = (n = 1) =>
-    eventually(async () => ((await f!.scheduler()).devices.length >= n ? true : undefined), `${n} device(s) in the pool`);
+    eventually(
+      async () => ((await f!.scheduler()).devices.length >= n ? true : undefined),
+      `${n} device(s) in the pool`,
+    );
   /** A host whose devices are online but whose worker does not poll (stopped), for a long host timeout. */
   const silentHost = async (name: string, deviceIds: string[]) => {
     const h = await f!.addHost(
@@ -53,7 +56,13 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
       progressIntervalMs: 200,
       driver: {
         type: 'sim',
-        devices: [deviceId, ...more].map((id) => ({ deviceId: id, driverType: 'sim', tags: [], health: 'good' as const, state: 'idle' as const })),
+        devices: [deviceId, ...more].map((id) => ({
+          deviceId: id,
+          driverType: 'sim',
+          tags: [],
+          health: 'good' as const,
+          state: 'idle' as const,
+        })),
         defaultDurationMs: 100,
         defaultOutcome: 'done',
       },
@@ -104,7 +113,9 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
     assert.equal((await f.fleet.get(a.taskId)).status, 'running');
     await f.fleet.cancel(a.taskId);
     await f.waitForStatus(b.taskId, 'done');
-    const { reservations } = await assertNoOverlappingReservations(f.client, [{ hostId: f.hostId('h1'), deviceId: 'd1' }]);
+    const { reservations } = await assertNoOverlappingReservations(f.client, [
+      { hostId: f.hostId('h1'), deviceId: 'd1' },
+    ]);
     assert.equal(reservations, 2);
   });
 
@@ -115,7 +126,9 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
     const p2 = processHost('h1', 'd1', ['d2']);
     await Promise.all([p1.waitForOutput('host started'), p2.waitForOutput('host started')]);
     await deviceKnown(2);
-    const tasks = await Promise.all(Array.from({ length: 6 }, (_, i) => f!.fleet.submit({ goal: `t${i} [sim duration=200]` })));
+    const tasks = await Promise.all(
+      Array.from({ length: 6 }, (_, i) => f!.fleet.submit({ goal: `t${i} [sim duration=200]` })),
+    );
     const ended = await Promise.all(tasks.map((t) => f!.fleet.wait(t.taskId)));
     assert.ok(ended.every((t) => t.status === 'done' && t.attempts.length === 1));
     const claims = [p1, p2].flatMap((p) =>
@@ -132,7 +145,10 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
       assert.equal(runs.length, 1);
       assert.equal(runs[0].closeKind, 'completed');
     }
-    await assertNoOverlappingReservations(f.client, ['d1', 'd2'].map((deviceId) => ({ hostId: f!.hostId('h1'), deviceId })));
+    await assertNoOverlappingReservations(
+      f.client,
+      ['d1', 'd2'].map((deviceId) => ({ hostId: f!.hostId('h1'), deviceId })),
+    );
   });
 
   it('Reservation counts from the decision: before the host confirms start, nobody else gets the device', async () => {
@@ -187,7 +203,10 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
     const p = processHost('h1', 'd1');
     await p.waitForOutput('host started');
     await deviceKnown(1);
-    const { taskId } = await f.fleet.submit({ goal: 'long [sim outcome=hang]', policy: { maxAttempts: 1, leaseTimeoutMs: 2_000 } });
+    const { taskId } = await f.fleet.submit({
+      goal: 'long [sim outcome=hang]',
+      policy: { maxAttempts: 1, leaseTimeoutMs: 2_000 },
+    });
     await f.waitForStatus(taskId, 'running');
     p.kill('SIGKILL');
     const t = await f.waitForStatus(taskId, 'failed', 30_000);
@@ -215,7 +234,9 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
       }),
     );
     const history = await f.client.workflow.getHandle(taskWorkflowId(taskId)).fetchHistory();
-    const closes = history.events!.filter((e) => e.workflowExecutionCompletedEventAttributes || e.workflowExecutionFailedEventAttributes);
+    const closes = history.events!.filter(
+      (e) => e.workflowExecutionCompletedEventAttributes || e.workflowExecutionFailedEventAttributes,
+    );
     assert.equal(closes.length, 1);
     assert.deepEqual(await f.fleet.get(taskId), t);
   });
@@ -225,7 +246,10 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
     const p = processHost('h1', 'd1');
     await p.waitForOutput('host started');
     await deviceKnown(1);
-    const { taskId } = await f.fleet.submit({ goal: 'slow [sim duration=2500 steps=5]', policy: { leaseTimeoutMs: 3_000 } });
+    const { taskId } = await f.fleet.submit({
+      goal: 'slow [sim duration=2500 steps=5]',
+      policy: { leaseTimeoutMs: 3_000 },
+    });
     const first = await f.waitForStatus(taskId, 'running');
     p.pause(); // SIGSTOP: no heartbeats, no snapshots; the host goes offline, the lease expires
     let finish!: () => void;
@@ -238,7 +262,12 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
       },
     });
     await f.addHost('h2', [{ deviceId: 'd2' }], { runners: rescue.runners });
-    const second = await f.waitFor(taskId, (t) => t.current?.attempt === 2 && t.status === 'running', 'attempt 2 running', 30_000);
+    const second = await f.waitFor(
+      taskId,
+      (t) => t.current?.attempt === 2 && t.status === 'running',
+      'attempt 2 running',
+      30_000,
+    );
     assert.equal(second.current?.hostId, f.hostId('h2'));
     p.resume(); // the stale host wakes up, finishes its runner and reports
     await sleep(3_000);
@@ -246,7 +275,17 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
     const stale = first.current!;
     await assert.rejects(
       f.client.workflow.getHandle(taskWorkflowId(taskId)).executeUpdate(reportAttemptUpdate, {
-        args: [{ attempt: 1, leaseId: stale.leaseId, hostId: stale.hostId, kind: 'progress', seq: 99, message: 'late', at: Date.now() }],
+        args: [
+          {
+            attempt: 1,
+            leaseId: stale.leaseId,
+            hostId: stale.hostId,
+            kind: 'progress',
+            seq: 99,
+            message: 'late',
+            at: Date.now(),
+          },
+        ],
       }),
       (err: unknown) => {
         assert.ok(err instanceof WorkflowUpdateFailedError);
@@ -278,7 +317,12 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
     await silentHost('h1', ['d1']);
     const { taskId } = await f.fleet.submit({
       goal: 'x',
-      policy: { ackTimeoutMs: 1_000, maxDispatchFailures: 2, maxAttempts: 5, backoff: { initialMs: 100, multiplier: 2, maxMs: 1_000 } },
+      policy: {
+        ackTimeoutMs: 1_000,
+        maxDispatchFailures: 2,
+        maxAttempts: 5,
+        backoff: { initialMs: 100, multiplier: 2, maxMs: 1_000 },
+      },
     });
     const t = await f.waitForStatus(taskId, 'failed', 30_000);
     assert.equal(t.result?.reason, 'dispatch_failed');
@@ -288,7 +332,10 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
       assert.equal(a.reason, 'ack_timeout');
       assert.equal(a.claimedAt, undefined);
     }
-    assert.ok(t.attempts[1].assignedAt > t.attempts[0].endedAt!, 'the second attempt came after the first was released');
+    assert.ok(
+      t.attempts[1].assignedAt > t.attempts[0].endedAt!,
+      'the second attempt came after the first was released',
+    );
     assert.equal((await device(f.hostId('h1'), 'd1')).current, undefined);
     await assertNoOverlappingReservations(f.client, [{ hostId: f.hostId('h1'), deviceId: 'd1' }]);
   });

@@ -126,7 +126,9 @@ describe('seed 001: task scheduler', () => {
     // ... and a running scheduler rejects reconfiguration to it, keeping its strategy.
     const running = client.workflow.getHandle(schedulerWorkflowId(f.pool));
     await assert.rejects(
-      running.executeUpdate(configureSchedulerUpdate, { args: [{ strategy: 'nope', maxQueueDepth: 10, agingMs: 1000 }] }),
+      running.executeUpdate(configureSchedulerUpdate, {
+        args: [{ strategy: 'nope', maxQueueDepth: 10, agingMs: 1000 }],
+      }),
       (err: unknown) => {
         assert.ok(err instanceof WorkflowUpdateFailedError);
         assert.ok(err.cause instanceof ApplicationFailure);
@@ -160,7 +162,10 @@ describe('seed 001: task scheduler', () => {
     await f.waitForStatus(high.taskId, 'running');
     assert.equal((await f.fleet.get(low.taskId)).status, 'queued');
     // Switching back is configuration too: the running scheduler takes the new strategy.
-    await ensurePools(f.client, { ...f.config, pools: { [f.pool]: { ...f.config.pools[f.pool], strategy: 'fifo_match' } } });
+    await ensurePools(f.client, {
+      ...f.config,
+      pools: { [f.pool]: { ...f.config.pools[f.pool], strategy: 'fifo_match' } },
+    });
     assert.equal((await f.scheduler()).config.strategy, 'fifo_match');
     await f.fleet.cancel(high.taskId);
     await f.waitForStatus(low.taskId, 'running');
@@ -169,18 +174,34 @@ describe('seed 001: task scheduler', () => {
 
   it('Goal task and workflow-definition task each run through their runner; the outcome sets done / failed', async () => {
     f = await startFleet('runners');
-    const { runners, calls } = recordingRunners({ definitions: new Map([['smoke', [{ name: 'boot', command: ['boot'] }]]]) });
+    const { runners, calls } = recordingRunners({
+      definitions: new Map([['smoke', [{ name: 'boot', command: ['boot'] }]]]),
+    });
     await f.addHost('h1', [{ deviceId: 'd1' }, { deviceId: 'd2' }], { runners });
     const goalOk = await f.fleet.submit({ goal: 'ok [sim duration=50]' });
     const goalFail = await f.fleet.submit({ goal: 'bad [sim duration=50 outcome=fail]' });
     const defOk = await f.fleet.submit({
-      definition: { name: 'login', steps: [{ name: 'open', command: ['open'] }, { name: 'type', command: ['type'] }] },
+      definition: {
+        name: 'login',
+        steps: [
+          { name: 'open', command: ['open'] },
+          { name: 'type', command: ['type'] },
+        ],
+      },
     });
     const defByName = await f.fleet.submit({ definition: 'smoke' });
     const defFail = await f.fleet.submit({
-      definition: { name: 'broken', steps: [{ name: 'ok', command: ['ok'] }, { name: 'boom', command: ['boom [sim outcome=fail]'] }] },
+      definition: {
+        name: 'broken',
+        steps: [
+          { name: 'ok', command: ['ok'] },
+          { name: 'boom', command: ['boom [sim outcome=fail]'] },
+        ],
+      },
     });
-    const results = await Promise.all([goalOk, goalFail, defOk, defByName, defFail].map((t) => f!.fleet.wait(t.taskId)));
+    const results = await Promise.all(
+      [goalOk, goalFail, defOk, defByName, defFail].map((t) => f!.fleet.wait(t.taskId)),
+    );
     assert.deepEqual(
       results.map((r) => r.status),
       ['done', 'failed', 'done', 'done', 'failed'],

@@ -7,6 +7,7 @@ import { deviceWorkflowId, taskWorkflowId } from '../workflows/ids';
 import { deviceStateQuery, reportAttemptUpdate } from '../workflows/messages';
 import { eventually, startFleet, uid, type Fleet } from './helpers/fleet';
 import { assertNoOverlappingReservations } from './helpers/invariants';
+import { spawnHost } from './helpers/processes';
 import { recordingRunners } from './helpers/runners';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -34,7 +35,9 @@ describe('seed 004: idempotency, backoff, cancel, progress', () => {
     assert.equal(first.taskId, twice);
     assert.equal(second.taskId, twice);
     const many = uid('many');
-    const views = await Promise.all(Array.from({ length: 20 }, () => f!.fleet.submit({ taskId: many, goal: 'many [sim duration=300]' })));
+    const views = await Promise.all(
+      Array.from({ length: 20 }, () => f!.fleet.submit({ taskId: many, goal: 'many [sim duration=300]' })),
+    );
     assert.ok(views.every((v) => v.taskId === many));
     const [a, b] = await Promise.all([f.fleet.wait(twice), f.fleet.wait(many)]);
     assert.equal(a.status, 'done');
@@ -53,7 +56,14 @@ describe('seed 004: idempotency, backoff, cancel, progress', () => {
   it('Exponential backoff between attempts, per task, with config defaults', async () => {
     const backoff = { initialMs: 1_000, multiplier: 2, maxMs: 10_000 };
     f = await startFleet('backoff', {
-      taskDefaults: { maxAttempts: 3, maxDispatchFailures: 3, backoff, ackTimeoutMs: 10_000, leaseTimeoutMs: 2_000, executionTimeoutMs: 60_000 },
+      taskDefaults: {
+        maxAttempts: 3,
+        maxDispatchFailures: 3,
+        backoff,
+        ackTimeoutMs: 10_000,
+        leaseTimeoutMs: 2_000,
+        executionTimeoutMs: 60_000,
+      },
     });
     await f.addHost('h1', [{ deviceId: 'd1' }]);
     const { taskId, policy } = await f.fleet.submit({ goal: 'flaky [sim duration=50 outcome=fail-retryable]' });
@@ -107,6 +117,45 @@ describe('seed 004: idempotency, backoff, cancel, progress', () => {
     await assertNoOverlappingReservations(f.client, [{ hostId: f.hostId('h1'), deviceId: 'd1' }]);
   });
 
+  it('Cancel while the host is dead: cancelled once the lease runs out, no retry, reservation released', async () => {
+    f = await startFleet('cancel-dead');
+    const host = spawnHost({
+      hostId: f.hostId('h1'),
+      pool: f.pool,
+      controlTaskQueue: f.config.controlTaskQueue,
+      snapshotIntervalMs: 300,
+      hostTimeoutMs: 1_500,
+      progressIntervalMs: 200,
+      driver: {
+        type: 'sim',
+        devices: [{ deviceId: 'd1', driverType: 'sim', tags: [], health: 'good', state: 'idle' }],
+        defaultDurationMs: 100,
+        defaultOutcome: 'done',
+      },
+      definitions: {},
+    });
+    try {
+      await host.waitForOutput('host started');
+      const { taskId } = await f.fleet.submit({
+        goal: 'forever [sim outcome=hang]',
+        policy: { leaseTimeoutMs: 2_000 },
+      });
+      await f.waitForStatus(taskId, 'running');
+      host.kill('SIGKILL');
+      await f.fleet.cancel(taskId);
+      const t = await f.waitForStatus(taskId, 'cancelled', 30_000);
+      assert.equal(t.attempts.length, 1, 'the lost lease did not start a retry');
+      assert.equal(t.attempts[0].outcome, 'cancelled');
+      const d = await eventually(async () => {
+        const v = await f!.client.workflow.getHandle(deviceWorkflowId(f!.hostId('h1'), 'd1')).query(deviceStateQuery);
+        return v.current === undefined ? v : undefined;
+      }, 'device released');
+      assert.equal(d.recent.at(-1)?.releaseReason, 'cancelled');
+    } finally {
+      host.kill('SIGKILL');
+    }
+  });
+
   it('Progress carries a monotonic sequence; an older report never overwrites a newer one', async () => {
     f = await startFleet('progress');
     await f.addHost('h1', [{ deviceId: 'd1' }]);
@@ -117,12 +166,25 @@ describe('seed 004: idempotency, backoff, cancel, progress', () => {
       seqs.push((await f.fleet.get(taskId)).progress!.seq);
       await sleep(200);
     }
-    assert.ok(seqs.every((s, i) => i === 0 || s >= seqs[i - 1]), `host progress is monotonic: ${seqs}`);
+    assert.ok(
+      seqs.every((s, i) => i === 0 || s >= seqs[i - 1]),
+      `host progress is monotonic: ${seqs}`,
+    );
     const cur = running.current!;
     const handle = f.client.workflow.getHandle(taskWorkflowId(taskId));
     const report = (seq: number, message: string) =>
       handle.executeUpdate(reportAttemptUpdate, {
-        args: [{ attempt: cur.attempt, leaseId: cur.leaseId, hostId: cur.hostId, kind: 'progress', seq, message, at: Date.now() }],
+        args: [
+          {
+            attempt: cur.attempt,
+            leaseId: cur.leaseId,
+            hostId: cur.hostId,
+            kind: 'progress',
+            seq,
+            message,
+            at: Date.now(),
+          },
+        ],
       });
     await report(1_000_000, 'newest');
     await report(3, 'older');

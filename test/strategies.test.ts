@@ -72,12 +72,16 @@ describe('assignment strategies (pure)', () => {
     registerStrategy({
       name: 'newest_first',
       description: 'test strategy: newest task first',
-      assign: (queue, free) => (free.length && queue.length ? [{ task: queue[queue.length - 1], device: free[0] }] : []),
+      assign: (queue, free) =>
+        free.length && queue.length ? [{ task: queue[queue.length - 1], device: free[0] }] : [],
     });
     assert.ok(hasStrategy('newest_first'));
     const config = parseControlPlaneConfig({ pools: { lab: { strategy: 'newest_first' } } });
     assert.equal(config.pools.lab.strategy, 'newest_first');
-    const pairs = getStrategy(config.pools.lab.strategy).assign([task('A', 1), task('B', 2)], [dev('d1')], { now: 3, agingMs: 1 });
+    const pairs = getStrategy(config.pools.lab.strategy).assign([task('A', 1), task('B', 2)], [dev('d1')], {
+      now: 3,
+      agingMs: 1,
+    });
     assert.equal(pairs[0].task.taskId, 'B');
   });
 });
@@ -110,9 +114,13 @@ describe('policy and classification (pure)', () => {
   });
 
   it('classifies activity failures into retryable/terminal and dispatch/lease classes', () => {
-    const wrap = (cause: Error) => new ActivityFailure('failed', 'runAssignment', '1', 'NON_RETRYABLE_FAILURE', undefined, cause);
+    const wrap = (cause: Error) =>
+      new ActivityFailure('failed', 'runAssignment', '1', 'NON_RETRYABLE_FAILURE', undefined, cause);
     const ack = classifyActivityError(wrap(new TimeoutFailure('t', undefined, 'SCHEDULE_TO_START')));
-    assert.deepEqual([ack.outcome, ack.reason, ack.retryable, ack.dispatchFailure], ['dispatch_failed', 'ack_timeout', true, true]);
+    assert.deepEqual(
+      [ack.outcome, ack.reason, ack.retryable, ack.dispatchFailure],
+      ['dispatch_failed', 'ack_timeout', true, true],
+    );
     const lease = classifyActivityError(wrap(new TimeoutFailure('t', undefined, 'HEARTBEAT')));
     assert.deepEqual([lease.outcome, lease.reason, lease.retryable], ['lease_expired', 'lease_expired', true]);
     const def = classifyActivityError(wrap(ApplicationFailure.nonRetryable('no such', 'UnknownDefinition')));

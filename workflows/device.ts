@@ -49,6 +49,7 @@ export async function deviceWorkflow(input: DeviceInput): Promise<never> {
     reservations: input.carried?.reservations ?? 0,
     refusals: input.carried?.refusals ?? 0,
     runs: (input.carried?.runs ?? 0) + 1,
+    refusedPools: input.carried?.refusedPools ?? [],
   };
   let inFlight = 0;
   const send = (p: Promise<void>, onError: (err: unknown) => void): void => {
@@ -66,16 +67,21 @@ export async function deviceWorkflow(input: DeviceInput): Promise<never> {
     view.current = undefined;
     view.recent.push({ ...r, releasedAt: Date.now(), releaseReason: reason });
     if (view.recent.length > RECENT_KEPT) view.recent.shift();
-    send(
-      getExternalWorkflowHandle(schedulerWorkflowId(r.pool)).signal(deviceReleasedSignal, {
-        hostId,
-        deviceId,
-        leaseId: r.leaseId,
-        taskId: r.taskId,
-        reason,
-      }),
-      (err) => log.warn('could not tell the scheduler about a release', { pool: r.pool, error: String(err) }),
-    );
+    // Every pool that believes the device held by this lease: the owner, and any pool we refused meanwhile.
+    const pools = new Set([r.pool, ...view.refusedPools]);
+    view.refusedPools = [];
+    for (const pool of pools) {
+      send(
+        getExternalWorkflowHandle(schedulerWorkflowId(pool)).signal(deviceReleasedSignal, {
+          hostId,
+          deviceId,
+          leaseId: r.leaseId,
+          taskId: r.taskId,
+          reason,
+        }),
+        (err) => log.warn('could not tell a scheduler about a release', { pool, error: String(err) }),
+      );
+    }
     describe();
   };
 
@@ -95,12 +101,13 @@ export async function deviceWorkflow(input: DeviceInput): Promise<never> {
     if (cur?.leaseId === req.leaseId) return; // duplicate delivery
     if (cur) {
       view.refusals++;
+      if (!view.refusedPools.includes(req.pool)) view.refusedPools.push(req.pool);
       send(
         getExternalWorkflowHandle(schedulerWorkflowId(req.pool)).signal(reservationRefusedSignal, {
           hostId,
           deviceId,
           request: req,
-          heldBy: { taskId: cur.taskId, leaseId: cur.leaseId },
+          heldBy: { taskId: cur.taskId, leaseId: cur.leaseId, expiresAt: cur.expiresAt },
         }),
         (err) => log.warn('could not tell the scheduler about a refusal', { error: String(err) }),
       );

@@ -14,6 +14,7 @@ export const ErrorType = {
   DeviceUnavailable: 'DeviceUnavailable',
   UnknownDefinition: 'UnknownDefinition',
   RunnerFailed: 'RunnerFailed',
+  ProgressBudget: 'ProgressBudget',
 } as const;
 export type ErrorTypeName = (typeof ErrorType)[keyof typeof ErrorType];
 
@@ -30,6 +31,7 @@ export const Reason = {
   LeaseExpired: 'lease_expired',
   DispatchFailed: 'dispatch_failed',
   AckTimeout: 'ack_timeout',
+  ReservationExpired: 'reservation_expired',
   DeviceUnavailable: 'device_unavailable',
   ExecutionTimeout: 'execution_timeout',
   RunnerFailed: 'runner_failed',

@@ -15,7 +15,13 @@ import {
 } from '@temporalio/workflow';
 import type * as controlActivities from '../activities/control-plane';
 import { shouldContinueAsNew } from './continue-as-new';
-import { hostSnapshotSignal, hostStateQuery, setDeviceDrainSignal, setHostDrainSignal, type HostView } from './messages';
+import {
+  hostSnapshotSignal,
+  hostStateQuery,
+  setDeviceDrainSignal,
+  setHostDrainSignal,
+  type HostView,
+} from './messages';
 import { FleetHostId, FleetKind, FleetPool } from './search-attributes';
 import type { DeviceSnapshot } from './types';
 
@@ -57,7 +63,17 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
   const { hostId } = input;
   const view: HostView = input.carried
     ? { ...input.carried.view, runs: input.carried.view.runs + 1 }
-    : { hostId, pool: input.pool, online: false, drained: false, drainedDevices: [], seq: -1, devices: [], published: 0, runs: 1 };
+    : {
+        hostId,
+        pool: input.pool,
+        online: false,
+        drained: false,
+        drainedDevices: [],
+        seq: -1,
+        devices: [],
+        published: 0,
+        runs: 1,
+      };
   const ensured = new Set<string>(input.carried?.ensured ?? []);
   let publishedPools = new Set<string>(input.carried?.publishedPools ?? []);
   let lastPublished = input.carried?.lastPublished ?? '';

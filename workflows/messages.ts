@@ -47,7 +47,7 @@ export interface ReservationRefused {
   hostId: string;
   deviceId: string;
   request: ReservationRequest;
-  heldBy?: { taskId: string; leaseId: string };
+  heldBy?: { taskId: string; leaseId: string; expiresAt: number };
 }
 export interface SchedulerConfig {
   strategy: string;
@@ -111,6 +111,8 @@ export interface DeviceView {
   refusals: number;
   /** Runs of this workflow so far (continue-as-new increments it). */
   runs: number;
+  /** Pools refused while the current reservation held the device: told too when it is released. */
+  refusedPools: string[];
 }
 export const reserveDeviceSignal = defineSignal<[ReservationRequest]>('reserveDevice');
 export const releaseDeviceSignal = defineSignal<[{ leaseId: string; reason: string }]>('releaseDevice');

@@ -13,6 +13,12 @@ export const DEFAULT_POLICY: TaskPolicy = {
 
 /** Extra time a device stays reserved past the attempt's own deadlines before it frees itself. */
 export const RESERVATION_GRACE_MS = 60_000;
+/** An attempt must end at least this long before its device's hold deadline. */
+export const RESERVATION_SAFETY_MS = 5_000;
+/** Progress reports a task accepts in all (the rest stay in heartbeat details): bounds its history. */
+export const MAX_PROGRESS_REPORTS = 1_000;
+/** Upper bound on maxAttempts, so a task's history stays bounded. */
+export const MAX_ATTEMPTS_LIMIT = 100;
 
 export function reservationHoldMs(policy: TaskPolicy): number {
   return policy.ackTimeoutMs + policy.executionTimeoutMs + RESERVATION_GRACE_MS;

@@ -13,6 +13,7 @@ import {
   log,
   setCurrentDetails,
   setHandler,
+  sleep,
   upsertSearchAttributes,
   uuid4,
 } from '@temporalio/workflow';
@@ -41,11 +42,18 @@ interface Held {
   taskId: string;
   leaseId: string;
   attempt: number;
+  /**
+   * Backstop: past this the entry is dropped even if no release arrived (a lost signal). Safe,
+   * because the device workflow stays the authority: a premature reserve is refused, not granted.
+   */
+  until: number;
   /** The queue entry, so a refused reservation can put the task back where it was. */
   task?: QueuedTask;
 }
 
 export interface SchedulerCarried {
+  /** Admission answers decided while the previous run was rolling over: sent by the next run. */
+  replies?: Array<{ taskId: string; admission: Admission }>;
   queue: QueuedTask[];
   devices: PoolDevice[];
   held: Array<[string, Held]>;
@@ -53,6 +61,10 @@ export interface SchedulerCarried {
   counters: SchedulerCounters;
   runs: number;
 }
+
+/** Margin past a hold's own deadline before the scheduler stops believing it. */
+const HELD_SLACK_MS = 60_000;
+const HOLD_SWEEP_MS = 60_000;
 
 export interface SchedulerInput {
   pool: string;
@@ -87,10 +99,19 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   const devices = new Map<string, PoolDevice>((c?.devices ?? []).map((d) => [deviceKey(d.hostId, d.deviceId), d]));
   const held = new Map<string, Held>(c?.held ?? []);
   const hostVersions = new Map<string, number>(c?.hostVersions ?? []);
-  const counters: SchedulerCounters = c?.counters ?? { admitted: 0, rejected: 0, assignments: 0, refusals: 0, releases: 0 };
+  const counters: SchedulerCounters = c?.counters ?? {
+    admitted: 0,
+    rejected: 0,
+    assignments: 0,
+    refusals: 0,
+    releases: 0,
+  };
   const runs = (c?.runs ?? 0) + 1;
   let dirty = queue.length > 0;
   let inFlight = 0;
+  /** Set once the run decided to continue-as-new: from then on nothing new is sent, only carried. */
+  let draining = false;
+  const deferredReplies: Array<{ taskId: string; admission: Admission }> = [];
 
   upsertSearchAttributes([
     { key: FleetKind, value: 'scheduler' },
@@ -118,12 +139,18 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   const isHeldFor = (taskId: string, attempt: number): boolean =>
     [...held.values()].some((h) => h.taskId === taskId && h.attempt >= attempt);
 
-  const reply = (taskId: string, admission: Admission): void =>
+  const reply = (taskId: string, admission: Admission): void => {
+    if (draining) {
+      deferredReplies.push({ taskId, admission });
+      return;
+    }
     send(getExternalWorkflowHandle(taskWorkflowId(taskId)).signal(admissionSignal, admission), (err) => {
       log.warn('admission reply failed; dropping the task from the queue', { taskId, error: String(err) });
       const i = queueIndex(taskId);
       if (i >= 0) queue.splice(i, 1);
     });
+  };
+  for (const r of c?.replies ?? []) reply(r.taskId, r.admission);
 
   setHandler(schedulerStateQuery, () => ({
     pool,
@@ -227,8 +254,14 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     if (h?.leaseId !== r.request.leaseId) return;
     counters.refusals++;
     // Our view was stale: the device is held by someone else. Mark it so, and put the task back in its place.
-    if (r.heldBy) held.set(k, { taskId: r.heldBy.taskId, leaseId: r.heldBy.leaseId, attempt: 0 });
-    else held.delete(k);
+    if (r.heldBy) {
+      held.set(k, {
+        taskId: r.heldBy.taskId,
+        leaseId: r.heldBy.leaseId,
+        attempt: 0,
+        until: r.heldBy.expiresAt + HELD_SLACK_MS,
+      });
+    } else held.delete(k);
     if (h.task && queueIndex(h.task.taskId) < 0) insert(h.task);
     dirty = true;
   });
@@ -236,8 +269,21 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   const assignable = (k: string, d: PoolDevice): boolean =>
     d.hostOnline && !d.hostDrained && !d.deviceDrained && d.health === 'good' && d.state !== 'offline' && !held.has(k);
 
+  const dropExpiredHolds = (now: number): void => {
+    for (const [k, h] of held) {
+      if (h.until < now) {
+        log.warn('hold expired without a release; the device workflow decides from here', {
+          device: k,
+          leaseId: h.leaseId,
+        });
+        held.delete(k);
+      }
+    }
+  };
+
   const assignRound = (): void => {
     if (queue.length === 0) return;
+    dropExpiredHolds(Date.now());
     const free: PoolDevice[] = [];
     for (const [k, d] of devices) if (assignable(k, d)) free.push(d);
     if (free.length === 0) return;
@@ -248,7 +294,13 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     for (const { task, device } of pairs) {
       const k = deviceKey(device.hostId, device.deviceId);
       const leaseId = uuid4();
-      held.set(k, { taskId: task.taskId, leaseId, attempt: task.attempt, task });
+      held.set(k, {
+        taskId: task.taskId,
+        leaseId,
+        attempt: task.attempt,
+        task,
+        until: Date.now() + task.holdMs + HELD_SLACK_MS,
+      });
       counters.assignments++;
       send(
         getExternalWorkflowHandle(deviceWorkflowId(device.hostId, device.deviceId)).signal(reserveDeviceSignal, {
@@ -271,6 +323,14 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     }
   };
 
+  // A coarse sweep so an expired hold frees its device even in a pool where nothing else happens.
+  void (async () => {
+    for (;;) {
+      await sleep(HOLD_SWEEP_MS);
+      if (held.size > 0 && queue.length > 0) dirty = true;
+    }
+  })();
+
   for (;;) {
     await condition(() => dirty || shouldContinueAsNew(input.historyLimit));
     if (shouldContinueAsNew(input.historyLimit)) break;
@@ -281,12 +341,15 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     );
   }
 
+  // Stop sending (late answers are carried), then wait only for what is already on its way.
+  draining = true;
   await condition(() => inFlight === 0 && allHandlersFinished());
   return await continueAsNew<typeof schedulerWorkflow>({
     pool,
     config,
     historyLimit: input.historyLimit,
     carried: {
+      replies: deferredReplies,
       queue,
       devices: [...devices.values()],
       held: [...held.entries()],

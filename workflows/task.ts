@@ -21,7 +21,7 @@ import {
   upsertSearchAttributes,
   workflowInfo,
 } from '@temporalio/workflow';
-import { TimeoutType } from '@temporalio/common';
+import { TimeoutType, type SearchAttributeUpdatePair } from '@temporalio/common';
 import type * as controlActivities from '../activities/control-plane';
 import type { HostActivities } from '../host-worker/activities';
 import { ErrorType, Reason } from './errors';
@@ -38,7 +38,13 @@ import {
   type Admission,
   type EnqueueRequest,
 } from './messages';
-import { backoffDelayMs, reservationHoldMs, validateTaskInput } from './policy';
+import {
+  backoffDelayMs,
+  MAX_PROGRESS_REPORTS,
+  RESERVATION_SAFETY_MS,
+  reservationHoldMs,
+  validateTaskInput,
+} from './policy';
 import {
   FleetAttempt,
   FleetDeviceId,
@@ -86,12 +92,16 @@ export function classifyRunOutcome(r: RunOutcome): Classified {
   };
 }
 
-export function classifyActivityError(err: unknown): Classified {
+export function classifyActivityError(err: unknown, claimed = false): Classified {
   const cause = err instanceof ActivityFailure ? err.cause : err;
   if (cause instanceof TimeoutFailure) {
     switch (cause.timeoutType) {
       case TimeoutType.SCHEDULE_TO_START:
         return { outcome: 'dispatch_failed', reason: Reason.AckTimeout, retryable: true, dispatchFailure: true };
+      case TimeoutType.SCHEDULE_TO_CLOSE:
+        return claimed
+          ? { outcome: 'execution_timeout', reason: Reason.ExecutionTimeout, retryable: true, dispatchFailure: false }
+          : { outcome: 'dispatch_failed', reason: Reason.ReservationExpired, retryable: true, dispatchFailure: true };
       case TimeoutType.HEARTBEAT:
         return { outcome: 'lease_expired', reason: Reason.LeaseExpired, retryable: true, dispatchFailure: false };
       default:
@@ -158,6 +168,7 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
     submittedAt,
     attempts: [],
     consecutiveDispatchFailures: 0,
+    progressReports: 0,
     cancelRequested: false,
   };
   let admission: Admission | undefined;
@@ -220,11 +231,18 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
     }
   };
 
+  const root = CancellationScope.current();
+  /** Cleanup must reach the device and the scheduler even after the task was cancelled. */
+  const uncancellable = <T>(fn: () => Promise<T>): Promise<T> => CancellationScope.nonCancellable(fn);
+
   const result = await run();
-  // Answer every pending update and free any device offered after we stopped wanting one.
-  await condition(allHandlersFinished);
-  await releaseStray();
+  await uncancellable(async () => {
+    // Answer every pending update and free any device offered after we stopped wanting one.
+    await condition(allHandlersFinished);
+    await releaseStray();
+  });
   if (result.status === 'done') return result;
+  if (result.status === 'cancelled') throw new CancelledFailure('task cancelled');
   throw ApplicationFailure.create({
     type: result.status === 'rejected' ? typeForReason(result.reason) : ErrorType.TaskFailed,
     message: `task ${result.status}: ${result.reason ?? ''}${result.message ? ` (${result.message})` : ''}`,
@@ -259,13 +277,14 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
         const a = assignment!;
         assignment = undefined;
         awaitingAttempt = 0;
+        const now = Date.now();
         const record: AttemptRecord = {
           attempt: a.attempt,
           leaseId: a.leaseId,
           hostId: a.hostId,
           deviceId: a.deviceId,
-          assignedAt: Date.now(),
-          ackDeadline: Date.now() + input.policy.ackTimeoutMs,
+          assignedAt: now,
+          ackDeadline: now + input.policy.ackTimeoutMs,
           leaseTimeoutMs: input.policy.leaseTimeoutMs,
         };
         state.attempts.push(record);
@@ -274,15 +293,19 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
         state.status = 'assigned';
         publish(state);
 
-        const c = await runAttempt(input, record);
+        let c = await runAttempt(input, record, a.reservedAt + holdMs);
+        if (root.consideredCancelled && c.outcome !== 'done') {
+          c = { outcome: 'cancelled', reason: Reason.Cancelled, retryable: false, dispatchFailure: false };
+        }
         record.endedAt = Date.now();
         record.outcome = c.outcome;
         record.reason = c.reason;
         record.message = c.message;
         state.current = undefined;
-        await releaseDevice(record, c.outcome);
+        await uncancellable(() => releaseDevice(record, c.outcome));
 
         if (c.outcome === 'done') return finish(state, { status: 'done', output: c.message });
+        if (c.outcome === 'cancelled') return finish(state, { status: 'cancelled', reason: Reason.Cancelled });
         state.consecutiveDispatchFailures = c.dispatchFailure ? state.consecutiveDispatchFailures + 1 : 0;
         if (!c.retryable) return finish(state, { status: 'failed', reason: c.reason, message: c.message });
         if (c.dispatchFailure && state.consecutiveDispatchFailures >= input.policy.maxDispatchFailures) {
@@ -309,7 +332,7 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
     } catch (err) {
       if (!isCancellation(err)) throw err;
       state.cancelRequested = true;
-      return await CancellationScope.nonCancellable(async () => {
+      return await uncancellable(async () => {
         const cur = state.current;
         if (cur) {
           cur.endedAt = Date.now();
@@ -323,18 +346,21 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
             .catch((e) => log.warn('dequeue failed', { error: String(e) }));
         }
         if (assignment) stray.push(assignment);
-        finish(state, { status: 'cancelled', reason: Reason.Cancelled });
-        await condition(allHandlersFinished);
-        await releaseStray();
-        throw new CancelledFailure('task cancelled');
+        return finish(state, { status: 'cancelled', reason: Reason.Cancelled });
       });
     }
   }
 
-  async function runAttempt(task: TaskInput, record: AttemptRecord): Promise<Classified> {
+  async function runAttempt(task: TaskInput, record: AttemptRecord, holdDeadline: number): Promise<Classified> {
+    // The device frees itself at holdDeadline: the attempt must be over well before that.
+    const untilHold = holdDeadline - Date.now() - RESERVATION_SAFETY_MS;
+    if (untilHold <= 1_000) {
+      return { outcome: 'dispatch_failed', reason: Reason.ReservationExpired, retryable: true, dispatchFailure: true };
+    }
     const host = proxyActivities<HostActivities>({
       taskQueue: hostTaskQueue(record.hostId),
-      scheduleToStartTimeout: task.policy.ackTimeoutMs,
+      scheduleToStartTimeout: Math.min(task.policy.ackTimeoutMs, untilHold),
+      scheduleToCloseTimeout: untilHold,
       startToCloseTimeout: task.policy.executionTimeoutMs,
       heartbeatTimeout: task.policy.leaseTimeoutMs,
       retry: { maximumAttempts: 1 },
@@ -356,7 +382,7 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
       return r.status === 'done' ? { ...c, message: r.output ?? r.message } : c;
     } catch (err) {
       if (isCancellation(err)) throw err;
-      return classifyActivityError(err);
+      return classifyActivityError(err, record.claimedAt !== undefined);
     }
   }
 
@@ -398,6 +424,10 @@ export function validateReport(state: TaskView, r: AttemptReport): void {
   if (r.kind === 'progress' && (typeof r.seq !== 'number' || !Number.isInteger(r.seq) || r.seq < 0)) {
     throw ApplicationFailure.nonRetryable('progress needs an integer seq >= 0', ErrorType.InvalidTask);
   }
+  if (r.kind === 'progress' && state.progressReports >= MAX_PROGRESS_REPORTS) {
+    // Rejected in the validator, so nothing reaches history; heartbeat details still carry it.
+    throw ApplicationFailure.nonRetryable('progress report budget used up', ErrorType.ProgressBudget);
+  }
 }
 
 export function applyReport(state: TaskView, r: AttemptReport): void {
@@ -421,6 +451,7 @@ export function applyReport(state: TaskView, r: AttemptReport): void {
     cur.startedAt ??= r.at;
     if (rank[state.status] < rank.running) state.status = 'running';
   } else if (r.kind === 'progress') {
+    state.progressReports++;
     if (state.progress === undefined || r.seq! > state.progress.seq) {
       state.progress = { seq: r.seq!, message: r.message ?? '', at: r.at };
     }
@@ -439,7 +470,9 @@ function finish(state: TaskView, r: Omit<TaskResult, 'attempts' | 'finishedAt'>)
 function publish(state: TaskView): void {
   if (!state.work || !state.constraints) return; // invalid input: nothing meaningful to show
   const cur = state.current ?? state.attempts[state.attempts.length - 1];
-  upsertSearchAttributes([
+  // Upsert only what changed: every upsert is a history event and a billed action.
+  const current = workflowInfo().typedSearchAttributes;
+  const wanted: SearchAttributeUpdatePair[] = [
     { key: FleetKind, value: 'task' },
     { key: FleetStatus, value: state.status },
     { key: FleetPool, value: state.pool },
@@ -451,7 +484,9 @@ function publish(state: TaskView): void {
           { key: FleetDeviceId, value: cur.deviceId },
         ]
       : []),
-  ]);
+  ];
+  const changed = wanted.filter((p) => current.get(p.key) !== p.value);
+  if (changed.length > 0) upsertSearchAttributes(changed);
   const what = state.work.kind === 'goal' ? `goal: ${state.work.goal}` : `workflow: ${state.work.definition}`;
   const where = cur ? `${cur.hostId}/${cur.deviceId} (attempt ${cur.attempt})` : 'no device yet';
   const lines = [`**${state.status}** · ${what}`, `device: ${where}`];

@@ -119,6 +119,8 @@ export interface TaskView {
   nextAttemptAt?: number;
   consecutiveDispatchFailures: number;
   progress?: TaskProgress;
+  /** Progress reports accepted so far (bounded by MAX_PROGRESS_REPORTS). */
+  progressReports: number;
   result?: TaskResult;
   cancelRequested: boolean;
 }
