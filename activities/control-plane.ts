@@ -10,6 +10,7 @@ import { deviceWorkflowId, schedulerWorkflowId } from '../workflows/ids';
 import { hostDevicesSignal, type HostDevicesUpdate } from '../workflows/messages';
 import type { schedulerWorkflow, SchedulerInput } from '../workflows/scheduler';
 import type { DeviceSnapshot } from '../workflows/types';
+import type { HostPublicKeys } from '../workflows/identity';
 
 export interface SyncHostRequest {
   hostId: string;
@@ -22,6 +23,7 @@ export interface SyncHostRequest {
   /** Every pool to tell, including pools the host no longer has devices in (they get an empty list). */
   pools: string[];
   version: number;
+  keys: HostPublicKeys;
 }
 
 export interface ControlPlaneDeps {
@@ -74,6 +76,7 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
                 drainedDevices: req.drainedDevices,
                 devices: req.devices.filter((d) => d.pool === pool),
                 version: req.version,
+                keys: req.keys,
               },
             ],
           }),

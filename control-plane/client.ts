@@ -115,7 +115,9 @@ export class FleetClient {
   buildInput(req: SubmitRequest): TaskInput {
     const r = SubmitRequestSchema.safeParse(req);
     if (!r.success) {
-      throw new ValidationError(r.error.issues.map((i) => ({ path: i.path.join('.') || '(root)', message: i.message })));
+      throw new ValidationError(
+        r.error.issues.map((i) => ({ path: i.path.join('.') || '(root)', message: i.message })),
+      );
     }
     const v = r.data;
     const d = this.config.taskDefaults;

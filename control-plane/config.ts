@@ -14,7 +14,10 @@ export class ConfigError extends Error {
 
 const strategyName = z.string().superRefine((name, ctx) => {
   if (!hasStrategy(name)) {
-    ctx.addIssue({ code: 'custom', message: `unknown assignment strategy "${name}"; registered: ${strategyNames().join(', ')}` });
+    ctx.addIssue({
+      code: 'custom',
+      message: `unknown assignment strategy "${name}"; registered: ${strategyNames().join(', ')}`,
+    });
   }
 });
 
@@ -43,9 +46,13 @@ export const ControlPlaneConfigSchema = z.object({
   controlTaskQueue: z.string().min(1).default(DEFAULT_CONTROL_TASK_QUEUE),
   defaultPool: z.string().min(1).default(DEFAULT_POOL),
   /** Pools whose schedulers start with the control plane; others start on first use with poolDefaults. */
-  pools: z.record(z.string(), SchedulerConfigSchema.prefault({})).default({ [DEFAULT_POOL]: SchedulerConfigSchema.parse({}) }),
+  pools: z
+    .record(z.string(), SchedulerConfigSchema.prefault({}))
+    .default({ [DEFAULT_POOL]: SchedulerConfigSchema.parse({}) }),
   poolDefaults: SchedulerConfigSchema.prefault({}),
   taskDefaults: TaskPolicySchema.prefault({}),
+  /** A host silent longer than this goes offline and its devices are not assigned. */
+  hostTimeoutMs: z.number().int().positive().default(30_000),
   /** History length at which long-lived workflows continue-as-new (undefined: the server's suggestion, or 4,000). */
   historyLimit: z.number().int().min(20).optional(),
 });

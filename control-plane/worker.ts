@@ -6,6 +6,7 @@ import { schedulerWorkflowId } from '../workflows/ids';
 import { configureSchedulerUpdate } from '../workflows/messages';
 import type { schedulerWorkflow } from '../workflows/scheduler';
 import { poolConfig, type ControlPlaneConfig } from './config';
+import { createSealingCodec } from './sealing';
 
 export interface ControlPlaneWorkerOptions {
   connection: NativeConnection;
@@ -22,8 +23,12 @@ export async function createControlPlaneWorker(opts: ControlPlaneWorkerOptions):
     connection: opts.connection,
     namespace: opts.namespace ?? opts.client.options.namespace,
     taskQueue: opts.config.controlTaskQueue,
-    ...(opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath: require.resolve('../workflows') }),
+    ...(opts.workflowBundle
+      ? { workflowBundle: opts.workflowBundle }
+      : { workflowsPath: require.resolve('../workflows') }),
     activities: createControlPlaneActivities({ client: opts.client, config: opts.config }),
+    // Seals what the task workflow sends to a host to that host's key (see sealing.ts).
+    dataConverter: { payloadCodecs: [createSealingCodec()] },
     ...(opts.identity ? { identity: opts.identity } : {}),
   });
 }

@@ -1,22 +1,34 @@
 /**
  * The host's one activity: run an assignment on a local device. It runs on `fleet.host.<hostId>`,
- * so only this host's worker (polling outbound) ever receives it. The activity's heartbeat timeout
- * is the lease: heartbeats renew it, and a lost lease (or a cancelled task) aborts the runner.
+ * so only this host's worker (polling outbound) receives it; its input is sealed to this host's
+ * key and its result, reports and failures-that-matter are signed with this host's key, so a
+ * worker polling someone else's queue can neither read the work nor forge its outcome.
+ * The activity's heartbeat timeout is the lease: heartbeats renew it, and a lost lease (or a
+ * cancelled task) aborts the runner.
  */
 import { Context } from '@temporalio/activity';
 import type { Client } from '@temporalio/client';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
-import { ErrorType } from '../workflows/errors';
+import { ErrorType, Reason } from '../workflows/errors';
+import { SignDomain } from '../workflows/identity';
 import { reportAttemptUpdate } from '../workflows/messages';
-import type { AttemptReport, DeviceSnapshot, HostAssignment, RunOutcome } from '../workflows/types';
-import { UnknownDefinitionError, type Runners, type RunResult } from './runners';
+import type {
+  AttemptReport,
+  DeviceSnapshot,
+  HostAssignment,
+  RunOutcome,
+  Sealed,
+  SignedRunOutcome,
+} from '../workflows/types';
+import { sign, type HostCredential } from './identity';
+import { UnknownDefinitionError, type RunResult, type Runners } from './runners';
 
 export interface HostActivities {
-  runAssignment(a: HostAssignment): Promise<RunOutcome>;
+  runAssignment(sealed: Sealed<HostAssignment>): Promise<SignedRunOutcome>;
 }
 
 export interface HostActivityDeps {
-  hostId: string;
+  credential: HostCredential;
   client: Client;
   runners: Runners;
   /** The host's current devices. */
@@ -25,7 +37,7 @@ export interface HostActivityDeps {
   progressIntervalMs: number;
   /**
    * Takes the device for one assignment; false when a previous assignment's runner is still on it
-   * (e.g. its lease was lost but it has not stopped yet). `release` gives it back.
+   * (e.g. its lease was lost but it has not stopped yet). `releaseDevice` gives it back.
    */
   claimDevice(deviceId: string): boolean;
   releaseDevice(deviceId: string): void;
@@ -39,29 +51,45 @@ const isStale = (err: unknown): boolean => {
 
 export function createHostActivities(deps: HostActivityDeps): HostActivities {
   const log = deps.log ?? (() => undefined);
+  const hostId = deps.credential.hostId;
+
   return {
-    async runAssignment(a: HostAssignment): Promise<RunOutcome> {
+    async runAssignment(sealed: Sealed<HostAssignment>): Promise<SignedRunOutcome> {
       const ctx = Context.current();
+      const a = sealed.body;
       const claimedAt = Date.now();
-      if (a.hostId !== deps.hostId) {
-        throw ApplicationFailure.nonRetryable(
-          `assignment for host ${a.hostId} reached host ${deps.hostId}`,
-          ErrorType.WrongHost,
-        );
+      const signed = (outcome: RunOutcome): SignedRunOutcome => ({
+        outcome,
+        sig: sign(deps.credential, SignDomain.Result, {
+          taskId: a.taskId,
+          attempt: a.attempt,
+          leaseId: a.leaseId,
+          hostId,
+          outcome,
+        }),
+      });
+      const refuse = (reason: string, message: string, dispatchFailure: boolean, retryable = true) =>
+        signed({
+          status: 'failed',
+          retryable,
+          dispatchFailure,
+          reason,
+          message,
+          claimedAt,
+          finishedAt: Date.now(),
+          lastProgressSeq: 0,
+        });
+
+      if (a.hostId !== hostId) {
+        return refuse(Reason.DeviceUnavailable, `assignment for host ${a.hostId} reached host ${hostId}`, true);
       }
       const device = deps.devices().get(a.deviceId);
       if (!device || device.state === 'offline' || device.health !== 'good') {
-        throw ApplicationFailure.retryable(
-          `device ${a.deviceId} is ${device ? `${device.state}/${device.health}` : 'not attached'} on host ${deps.hostId}`,
-          ErrorType.DeviceUnavailable,
-        );
+        const what = device ? `${device.state}/${device.health}` : 'not attached';
+        return refuse(Reason.DeviceUnavailable, `device ${a.deviceId} is ${what} on host ${hostId}`, true);
       }
-      const onDevice: DeviceSnapshot = device;
       if (!deps.claimDevice(a.deviceId)) {
-        throw ApplicationFailure.retryable(
-          `device ${a.deviceId} is still busy with an earlier assignment`,
-          ErrorType.DeviceUnavailable,
-        );
+        return refuse(Reason.DeviceUnavailable, `device ${a.deviceId} is still busy with an earlier assignment`, true);
       }
       let seq = 0;
       let lastMessage = '';
@@ -70,22 +98,23 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
       heartbeat();
       const renew = setInterval(heartbeat, Math.max(100, Math.floor(a.leaseTimeoutMs / 3)));
       try {
-        return await run();
+        return await run(device);
       } finally {
         clearInterval(renew);
         deps.releaseDevice(a.deviceId);
       }
 
-      async function run(): Promise<RunOutcome> {
+      async function run(onDevice: DeviceSnapshot): Promise<SignedRunOutcome> {
         const task = deps.client.workflow.getHandle(ctx.info.workflowExecution!.workflowId);
-        /** Reports are best effort and never block the run for long: the activity's result is authoritative. */
-        const report = (r: Omit<AttemptReport, 'attempt' | 'leaseId' | 'hostId'>) =>
-          withTimeout(
-            task.executeUpdate(reportAttemptUpdate, {
-              args: [{ ...r, attempt: a.attempt, leaseId: a.leaseId, hostId: a.hostId }],
-            }),
+        /** Reports are signed, best effort, and never block the run for long: the result is authoritative. */
+        const report = (r: Pick<AttemptReport, 'kind' | 'at' | 'seq' | 'message'>) => {
+          const body = { ...r, taskId: a.taskId, attempt: a.attempt, leaseId: a.leaseId, hostId };
+          const full: AttemptReport = { ...body, sig: sign(deps.credential, SignDomain.Report, body) };
+          return withTimeout(
+            task.executeUpdate(reportAttemptUpdate, { args: [full] }),
             Math.max(1_000, Math.floor(a.leaseTimeoutMs / 2)),
           );
+        };
 
         log('assignment claimed', { taskId: a.taskId, attempt: a.attempt, deviceId: a.deviceId });
         // Claim: the task moves to `dispatched`. A rejected claim means our lease was superseded.
@@ -134,12 +163,8 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
         } catch (err) {
           if (ctx.cancellationSignal.aborted)
             throw new CancelledFailure(`run stopped: ${String(ctx.cancellationSignal.reason)}`);
-          if (err instanceof UnknownDefinitionError)
-            throw ApplicationFailure.nonRetryable(err.message, ErrorType.UnknownDefinition);
-          throw ApplicationFailure.retryable(
-            `runner crashed: ${(err as Error)?.message ?? String(err)}`,
-            ErrorType.RunnerFailed,
-          );
+          if (err instanceof UnknownDefinitionError) return refuse(Reason.UnknownDefinition, err.message, false, false);
+          return refuse(Reason.RunnerFailed, `runner crashed: ${(err as Error)?.message ?? String(err)}`, false);
         } finally {
           if (progressTimer) clearTimeout(progressTimer);
         }
@@ -147,7 +172,7 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
           throw new CancelledFailure(`run stopped: ${String(ctx.cancellationSignal.reason)}`);
         sendProgress();
         await Promise.all(reports);
-        return {
+        return signed({
           status: result.status,
           retryable: result.status === 'failed' ? (result.retryable ?? false) : false,
           reason: result.reason,
@@ -157,7 +182,7 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
           startedAt,
           finishedAt: Date.now(),
           lastProgressSeq: seq,
-        };
+        });
       }
     },
   };

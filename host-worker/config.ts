@@ -1,7 +1,7 @@
 /** Host agent configuration (a JSON file): identity, pool, timings, and the device driver. */
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
-import { DEFAULT_CONTROL_TASK_QUEUE, DEFAULT_POOL, ID_RULE, isValidId } from '../workflows/ids';
+import { DEFAULT_POOL, ID_RULE, isValidId } from '../workflows/ids';
 
 const id = z.string().refine(isValidId, { message: ID_RULE });
 
@@ -16,10 +16,10 @@ export const SimDeviceSchema = z.object({
 
 export const HostConfigSchema = z.object({
   hostId: id,
+  /** The credential file issued by `npm run hosts:add` (private keys; keep it 0600). */
+  credentialFile: z.string().min(1),
   pool: id.default(DEFAULT_POOL),
-  controlTaskQueue: z.string().min(1).default(DEFAULT_CONTROL_TASK_QUEUE),
   snapshotIntervalMs: z.number().int().positive().default(10_000),
-  hostTimeoutMs: z.number().int().positive().default(30_000),
   progressIntervalMs: z.number().int().positive().default(5_000),
   driver: z.object({
     type: z.literal('sim'),

@@ -5,19 +5,21 @@
 import { randomUUID } from 'node:crypto';
 import { Client, type ConnectionLike } from '@temporalio/client';
 import { type NativeConnection, Worker } from '@temporalio/worker';
-import type { hostWorkflow } from '../workflows/host';
-import { DEFAULT_CONTROL_TASK_QUEUE, DEFAULT_POOL, hostTaskQueue, hostWorkflowId } from '../workflows/ids';
-import { hostSnapshotSignal } from '../workflows/messages';
+import { DEFAULT_POOL, hostTaskQueue, hostWorkflowId } from '../workflows/ids';
+import { createHostCodec } from '../control-plane/sealing';
+import { SignDomain } from '../workflows/identity';
+import { hostSnapshotUpdate } from '../workflows/messages';
 import type { DeviceSnapshot, HostSnapshot, WorkflowStep } from '../workflows/types';
 import { createHostActivities } from './activities';
+import { sign, type HostCredential } from './identity';
 import type { Runners } from './runners';
 import { createSimRunners } from './sim';
 
 export interface HostOptions {
-  hostId: string;
+  /** The host's credential (its id and private keys); an operator enrolled its public keys. */
+  credential: HostCredential;
   pool?: string;
   namespace?: string;
-  controlTaskQueue?: string;
   /** Used by the worker (polling) and by the client (snapshots, reports). */
   workerConnection: NativeConnection;
   clientConnection: ConnectionLike;
@@ -25,12 +27,9 @@ export interface HostOptions {
   runners?: Runners;
   definitions?: Map<string, WorkflowStep[]>;
   snapshotIntervalMs?: number;
-  hostTimeoutMs?: number;
   progressIntervalMs?: number;
   /** Concurrent assignments; defaults to the number of devices (at least 1). */
   maxConcurrentAssignments?: number;
-  /** History length at which the host workflow continues-as-new (tests lower it). */
-  historyLimit?: number;
   log?(message: string, fields: Record<string, unknown>): void;
 }
 
@@ -46,11 +45,10 @@ export interface HostAgent {
 }
 
 export async function startHost(opts: HostOptions): Promise<HostAgent> {
+  const hostId = opts.credential.hostId;
   const pool = opts.pool ?? DEFAULT_POOL;
   const namespace = opts.namespace ?? 'default';
-  const controlTaskQueue = opts.controlTaskQueue ?? DEFAULT_CONTROL_TASK_QUEUE;
   const snapshotIntervalMs = opts.snapshotIntervalMs ?? 10_000;
-  const hostTimeoutMs = opts.hostTimeoutMs ?? 30_000;
   const bootId = randomUUID();
   const client = new Client({ connection: opts.clientConnection, namespace });
   let devices = new Map(opts.devices.map((d) => [d.deviceId, d]));
@@ -60,9 +58,11 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
   const worker = await Worker.create({
     connection: opts.workerConnection,
     namespace,
-    taskQueue: hostTaskQueue(opts.hostId),
+    taskQueue: hostTaskQueue(hostId),
+    // Task payloads are sealed to this host: only its box key opens them.
+    dataConverter: { payloadCodecs: [createHostCodec(hostId, opts.credential.boxKey)] },
     activities: createHostActivities({
-      hostId: opts.hostId,
+      credential: opts.credential,
       client,
       runners: opts.runners ?? createSimRunners({ definitions: opts.definitions }),
       devices: () => devices,
@@ -76,12 +76,12 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
       log: opts.log,
     }),
     maxConcurrentActivityTaskExecutions: opts.maxConcurrentAssignments ?? Math.max(1, opts.devices.length),
-    identity: `host:${opts.hostId}:${bootId.slice(0, 8)}`,
+    identity: `host:${hostId}:${bootId.slice(0, 8)}`,
     shutdownGraceTime: '5s',
   });
 
   const snapshot = (): HostSnapshot => ({
-    hostId: opts.hostId,
+    hostId: hostId,
     pool,
     seq: ++seq,
     bootId,
@@ -92,15 +92,14 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
     })),
   });
 
+  /** Signed with the host's key; the host workflow (created by enrolment) refuses anything else. */
   const sendSnapshot = async (): Promise<void> => {
-    await client.workflow.signalWithStart<typeof hostWorkflow, [HostSnapshot]>('hostWorkflow', {
-      workflowId: hostWorkflowId(opts.hostId),
-      taskQueue: controlTaskQueue,
-      args: [{ hostId: opts.hostId, pool, hostTimeoutMs, historyLimit: opts.historyLimit }],
-      signal: hostSnapshotSignal,
-      signalArgs: [snapshot()],
-      staticSummary: `host ${opts.hostId} (pool ${pool})`,
-    });
+    const s = snapshot();
+    await client.workflow
+      .getHandle(hostWorkflowId(hostId))
+      .executeUpdate(hostSnapshotUpdate, {
+        args: [{ snapshot: s, sig: sign(opts.credential, SignDomain.Snapshot, s) }],
+      });
   };
 
   const running = worker.run();
@@ -111,7 +110,7 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
 
   let stopped: Promise<void> | undefined;
   return {
-    hostId: opts.hostId,
+    hostId: hostId,
     worker,
     async setDevices(next) {
       devices = new Map(next.map((d) => [d.deviceId, d]));

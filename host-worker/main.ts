@@ -4,7 +4,9 @@
  */
 import { parseArgs } from 'node:util';
 import { connectClient, connectWorker, temporalSettingsFromEnv } from '../control-plane/connection';
+import { dirname, resolve } from 'node:path';
 import { loadHostConfig } from './config';
+import { loadHostCredential } from './identity';
 import { startHost } from './host';
 import { createSimRunners, simDevices } from './sim';
 
@@ -19,11 +21,14 @@ async function main(): Promise<void> {
   const log = (message: string, fields: Record<string, unknown>) =>
     console.log(JSON.stringify({ level: 'info', hostId: config.hostId, message, ...fields }));
   const definitions = new Map(Object.entries(config.definitions));
+  const credential = loadHostCredential(resolve(dirname(path), config.credentialFile));
+  if (credential.hostId !== config.hostId) {
+    throw new Error(`credential ${config.credentialFile} is for host ${credential.hostId}, not ${config.hostId}`);
+  }
   const host = await startHost({
-    hostId: config.hostId,
+    credential,
     pool: config.pool,
     namespace: settings.namespace,
-    controlTaskQueue: config.controlTaskQueue,
     workerConnection,
     clientConnection: client.connection,
     devices: simDevices(config.driver.devices),
@@ -33,7 +38,6 @@ async function main(): Promise<void> {
       definitions,
     }),
     snapshotIntervalMs: config.snapshotIntervalMs,
-    hostTimeoutMs: config.hostTimeoutMs,
     progressIntervalMs: config.progressIntervalMs,
     log,
   });

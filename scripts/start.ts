@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { Connection } from '@temporalio/client';
 import { temporalCliPath } from '../control-plane/temporal-cli';
 import { ALL_SEARCH_ATTRIBUTES } from '../workflows/search-attributes';
+import { addHost } from './hosts-add';
 
 const root = join(__dirname, '..');
 const port = Number(process.env.FLEET_TEMPORAL_PORT ?? 7233);
@@ -72,6 +73,9 @@ async function main(): Promise<void> {
   ]);
   await waitForServer(address);
   const env = { TEMPORAL_ADDRESS: address, TEMPORAL_NAMESPACE: 'default' };
+  process.env.TEMPORAL_ADDRESS = address;
+  // The operator step a real lab does once per host: issue a credential and enrol its public keys.
+  await addHost('lab-1', { out: join(dataDir, 'hosts', 'lab-1.json') });
   run('control-plane', process.execPath, ['--import', 'tsx', 'control-plane/main.ts'], env);
   run('host lab-1', process.execPath, ['--import', 'tsx', 'host-worker/main.ts', '--config', process.env.FLEET_HOST_CONFIG ?? 'examples/host.json'], env);
   console.log(

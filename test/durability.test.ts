@@ -49,7 +49,7 @@ describe('durability', () => {
 
   it('Scheduler, device and host workflows continue-as-new carrying their state; no task or reservation lost', async () => {
     f = await startFleet('can', { historyLimit: 40 });
-    const host = await f.addHost('h1', [{ deviceId: 'd1' }], { historyLimit: 40, snapshotIntervalMs: 200 });
+    const host = await f.addHost('h1', [{ deviceId: 'd1' }], { snapshotIntervalMs: 200 });
     const holder = await f.fleet.submit({ goal: 'holder [sim outcome=hang duration=300]' });
     await f.waitForStatus(holder.taskId, 'running');
     // Queue tasks behind the held device: the scheduler's history grows past its limit with them queued.

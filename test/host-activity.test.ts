@@ -1,12 +1,16 @@
 /** Unit tests of the host's activity with MockActivityEnvironment (Temporal mocked: pure host logic). */
 import assert from 'node:assert/strict';
 import type { Client } from '@temporalio/client';
-import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
+import { CancelledFailure } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { createHostActivities, type HostActivityDeps } from '../host-worker/activities';
+import { generateHostCredential, publicKeys } from '../host-worker/identity';
+import { SignDomain, verifySignature } from '../workflows/identity';
 import { createSimRunners, simDevices } from '../host-worker/sim';
-import { ErrorType } from '../workflows/errors';
-import type { AttemptReport, HostAssignment, RunOutcome } from '../workflows/types';
+import type { AttemptReport, HostAssignment, Sealed, SignedRunOutcome } from '../workflows/types';
+
+const cred = generateHostCredential('h1');
+const keys = publicKeys(cred);
 
 function fakeClient(reports: AttemptReport[]): Client {
   const handle = { executeUpdate: async (_u: unknown, o: { args: [AttemptReport] }) => void reports.push(o.args[0]) };
@@ -19,7 +23,7 @@ function deps(over: Partial<HostActivityDeps> = {}, reports: AttemptReport[] = [
     simDevices([{ deviceId: 'd1' }, { deviceId: 'sick', health: 'unhealthy' }]).map((d) => [d.deviceId, d]),
   );
   return {
-    hostId: 'h1',
+    credential: cred,
     client: fakeClient(reports),
     runners: createSimRunners({ defaultDurationMs: 20 }),
     devices: () => devices,
@@ -30,26 +34,38 @@ function deps(over: Partial<HostActivityDeps> = {}, reports: AttemptReport[] = [
   };
 }
 
-const assignment = (over: Partial<HostAssignment> = {}): HostAssignment => ({
-  taskId: 't1',
-  attempt: 1,
-  leaseId: 'lease-1',
-  hostId: 'h1',
-  deviceId: 'd1',
-  work: { kind: 'goal', goal: 'go' },
-  leaseTimeoutMs: 3_000,
-  ...over,
+const assignment = (over: Partial<HostAssignment> = {}): Sealed<HostAssignment> => ({
+  sealedFor: { hostId: 'h1', box: keys.box },
+  body: {
+    taskId: 't1',
+    attempt: 1,
+    leaseId: 'lease-1',
+    hostId: 'h1',
+    deviceId: 'd1',
+    work: { kind: 'goal', goal: 'go' },
+    leaseTimeoutMs: 3_000,
+    ...over,
+  },
 });
 
-const failureType = (type: string) => (err: unknown) => err instanceof ApplicationFailure && err.type === type;
+/** The outcome, after checking the host's signature the way the task workflow does. */
+function verified(s: unknown, a = assignment()) {
+  const { outcome, sig } = s as SignedRunOutcome;
+  const { taskId, attempt, leaseId, hostId } = a.body;
+  assert.ok(
+    verifySignature(SignDomain.Result, { taskId, attempt, leaseId, hostId, outcome }, sig, keys.signing),
+    'signed by the host',
+  );
+  return outcome;
+}
 
 describe('host activity (unit)', () => {
   const env = () => new MockActivityEnvironment({ workflowExecution: { workflowId: 'task/t1', runId: 'r' } });
 
-  it('runs a goal, reports claimed, started and progress in order, and returns done', async () => {
+  it('runs a goal, reports claimed, started and progress in order, all signed, and returns a signed done', async () => {
     const reports: AttemptReport[] = [];
     const { runAssignment } = createHostActivities(deps({}, reports));
-    const out = (await env().run(runAssignment, assignment())) as RunOutcome;
+    const out = verified(await env().run(runAssignment, assignment()));
     assert.equal(out.status, 'done');
     assert.deepEqual(
       reports.slice(0, 2).map((r) => r.kind),
@@ -57,24 +73,33 @@ describe('host activity (unit)', () => {
     );
     const seqs = reports.filter((r) => r.kind === 'progress').map((r) => r.seq!);
     assert.ok(seqs.length > 0 && seqs.every((s, i) => i === 0 || s > seqs[i - 1]));
-    assert.ok(reports.every((r) => r.leaseId === 'lease-1' && r.attempt === 1));
+    for (const { sig, ...body } of reports) {
+      assert.equal(body.leaseId, 'lease-1');
+      assert.ok(verifySignature(SignDomain.Report, body, sig, keys.signing));
+    }
   });
 
-  it('refuses an assignment for another host', async () => {
+  it('a signature does not survive tampering with the outcome', async () => {
     const { runAssignment } = createHostActivities(deps());
-    await assert.rejects(env().run(runAssignment, assignment({ hostId: 'h2' })), failureType(ErrorType.WrongHost));
+    const s = (await env().run(runAssignment, assignment())) as SignedRunOutcome;
+    const tampered = { ...s, outcome: { ...s.outcome, status: 'failed' as const } };
+    assert.throws(() => verified(tampered), /signed by the host/);
+  });
+
+  it('refuses an assignment for another host as a signed dispatch failure', async () => {
+    const { runAssignment } = createHostActivities(deps());
+    // Signed as what it is (h1), so the task, which expects h2's signature, would not accept it either.
+    const out = verified(await env().run(runAssignment, assignment({ hostId: 'h2' })), assignment());
+    assert.deepEqual([out.status, out.dispatchFailure, out.retryable], ['failed', true, true]);
   });
 
   it('refuses an unhealthy or unknown device as a dispatch failure', async () => {
     const { runAssignment } = createHostActivities(deps());
-    await assert.rejects(
-      env().run(runAssignment, assignment({ deviceId: 'sick' })),
-      failureType(ErrorType.DeviceUnavailable),
-    );
-    await assert.rejects(
-      env().run(runAssignment, assignment({ deviceId: 'nope' })),
-      failureType(ErrorType.DeviceUnavailable),
-    );
+    for (const deviceId of ['sick', 'nope']) {
+      const a = assignment({ deviceId });
+      const out = verified(await env().run(runAssignment, a), a);
+      assert.deepEqual([out.status, out.dispatchFailure, out.reason], ['failed', true, 'device_unavailable']);
+    }
   });
 
   it('never starts a second run on a device whose earlier runner has not stopped', async () => {
@@ -82,24 +107,20 @@ describe('host activity (unit)', () => {
     const { runAssignment } = createHostActivities(d);
     const first = env().run(runAssignment, assignment());
     await new Promise((r) => setTimeout(r, 50));
-    await assert.rejects(
-      env().run(runAssignment, assignment({ taskId: 't2', leaseId: 'lease-2' })),
-      failureType(ErrorType.DeviceUnavailable),
-    );
-    assert.equal(((await first) as RunOutcome).status, 'done');
-    assert.equal(
-      ((await env().run(runAssignment, assignment({ taskId: 't3', leaseId: 'lease-3' }))) as RunOutcome).status,
-      'done',
-    );
+    const second = assignment({ taskId: 't2', leaseId: 'lease-2' });
+    const refused = verified(await env().run(runAssignment, second), second);
+    assert.deepEqual([refused.status, refused.dispatchFailure], ['failed', true]);
+    assert.match(refused.message ?? '', /still busy/);
+    assert.equal(verified(await first).status, 'done');
+    const third = assignment({ taskId: 't3', leaseId: 'lease-3' });
+    assert.equal(verified(await env().run(runAssignment, third), third).status, 'done');
   });
 
-  it('an unknown workflow definition is a terminal failure', async () => {
+  it('an unknown workflow definition is a signed terminal failure', async () => {
     const { runAssignment } = createHostActivities(deps());
-    await assert.rejects(
-      env().run(runAssignment, assignment({ work: { kind: 'workflow', definition: 'nope' } })),
-      (err: unknown) =>
-        err instanceof ApplicationFailure && err.type === ErrorType.UnknownDefinition && err.nonRetryable === true,
-    );
+    const a = assignment({ work: { kind: 'workflow', definition: 'nope' } });
+    const out = verified(await env().run(runAssignment, a), a);
+    assert.deepEqual([out.status, out.retryable, out.reason], ['failed', false, 'unknown_definition']);
   });
 
   it('cancellation (task cancelled or lease lost) aborts the runner and ends as cancelled', async () => {

@@ -8,22 +8,18 @@ import { WorkflowUpdateFailedError } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import { ErrorType } from '../workflows/errors';
 import { deviceWorkflowId, hostWorkflowId, taskWorkflowId } from '../workflows/ids';
-import { deviceStateQuery, hostSnapshotSignal, reportAttemptUpdate, type DeviceView } from '../workflows/messages';
-import { FAST_POLICY, eventually, startFleet, type Fleet } from './helpers/fleet';
+import { deviceStateQuery, hostSnapshotUpdate, reportAttemptUpdate, type DeviceView } from '../workflows/messages';
+import { SignDomain } from '../workflows/identity';
+import { sign } from '../host-worker/identity';
+import { FAST_POLICY, eventually, signReport, startFleet, type Fleet } from './helpers/fleet';
 import { assertNoOverlappingReservations, taskAttemptRuns } from './helpers/invariants';
-import { spawnHost, type HostProcess } from './helpers/processes';
 import { recordingRunners } from './helpers/runners';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
   let f: Fleet | undefined;
-  const procs: HostProcess[] = [];
   afterEach(async () => {
-    for (const p of procs.splice(0)) {
-      p.resume();
-      p.kill();
-    }
     await f?.stop();
     f = undefined;
   });
@@ -46,31 +42,7 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
     await h.stop();
     return h;
   };
-  const processHost = (name: string, deviceId: string, more: string[] = []) => {
-    const p = spawnHost({
-      hostId: f!.hostId(name),
-      pool: f!.pool,
-      controlTaskQueue: f!.config.controlTaskQueue,
-      snapshotIntervalMs: 300,
-      hostTimeoutMs: 1_500,
-      progressIntervalMs: 200,
-      driver: {
-        type: 'sim',
-        devices: [deviceId, ...more].map((id) => ({
-          deviceId: id,
-          driverType: 'sim',
-          tags: [],
-          health: 'good' as const,
-          state: 'idle' as const,
-        })),
-        defaultDurationMs: 100,
-        defaultOutcome: 'done',
-      },
-      definitions: {},
-    });
-    procs.push(p);
-    return p;
-  };
+  const processHost = (name: string, deviceId: string, more: string[] = []) => f!.spawnHost(name, [deviceId, ...more]);
 
   it('Assigning records, in one step, task, host/device, attempt, lease id, lease expiry and the device reservation', async () => {
     f = await startFleet('assign-record');
@@ -99,14 +71,19 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
     await f.addHost('h1', [{ deviceId: 'd1' }]);
     const a = await f.fleet.submit({ goal: 'A [sim outcome=hang]' });
     await f.waitForStatus(a.taskId, 'running');
-    await f.client.workflow.getHandle(hostWorkflowId(f.hostId('h1'))).signal(hostSnapshotSignal, {
+    // A correctly signed snapshot (the host's own key) that claims the reserved device is idle.
+    const cred = await f.enroll('h1');
+    const snapshot = {
       hostId: f.hostId('h1'),
       pool: f.pool,
-      devices: [{ deviceId: 'd1', driverType: 'sim', tags: [], state: 'idle', health: 'good' }],
+      devices: [{ deviceId: 'd1', driverType: 'sim', tags: [], state: 'idle' as const, health: 'good' as const }],
       sentAt: Date.now(),
       seq: 1_000_000,
       bootId: 'stale-view',
-    });
+    };
+    await f.client.workflow
+      .getHandle(hostWorkflowId(f.hostId('h1')))
+      .executeUpdate(hostSnapshotUpdate, { args: [{ snapshot, sig: sign(cred, SignDomain.Snapshot, snapshot) }] });
     const b = await f.fleet.submit({ goal: 'B [sim duration=50]' });
     await sleep(1_500);
     assert.equal((await f.fleet.get(b.taskId)).status, 'queued');
@@ -122,9 +99,7 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
   it('Concurrent claims: two workers poll the same host queue; exactly one runs the attempt', async () => {
     f = await startFleet('claims');
     // Two host processes with the same host id poll the same task queue `fleet.host.<hostId>`.
-    const p1 = processHost('h1', 'd1', ['d2']);
-    const p2 = processHost('h1', 'd1', ['d2']);
-    await Promise.all([p1.waitForOutput('host started'), p2.waitForOutput('host started')]);
+    const [p1, p2] = await Promise.all([processHost('h1', 'd1', ['d2']), processHost('h1', 'd1', ['d2'])]);
     await deviceKnown(2);
     const tasks = await Promise.all(
       Array.from({ length: 6 }, (_, i) => f!.fleet.submit({ goal: `t${i} [sim duration=200]` })),
@@ -170,8 +145,7 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
 
   it('Lease expires with attempts remaining (host stops heartbeating): requeued, reservation released, expired attempt kept', async () => {
     f = await startFleet('lease-retry');
-    const p = processHost('h1', 'd1');
-    await p.waitForOutput('host started');
+    const p = await processHost('h1', 'd1');
     await deviceKnown(1);
     const { taskId } = await f.fleet.submit({ goal: 'long [sim outcome=hang]', policy: { leaseTimeoutMs: 3_000 } });
     await f.waitForStatus(taskId, 'running');
@@ -200,8 +174,7 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
 
   it('Lease expires at the attempt limit: failed, reason lease_expired, reservation released', async () => {
     f = await startFleet('lease-limit');
-    const p = processHost('h1', 'd1');
-    await p.waitForOutput('host started');
+    const p = await processHost('h1', 'd1');
     await deviceKnown(1);
     const { taskId } = await f.fleet.submit({
       goal: 'long [sim outcome=hang]',
@@ -230,7 +203,16 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
     // A repeated report for the finished attempt changes nothing.
     await assert.rejects(
       f.client.workflow.getHandle(taskWorkflowId(taskId)).executeUpdate(reportAttemptUpdate, {
-        args: [{ attempt: 1, leaseId: t.attempts[0].leaseId, hostId: f.hostId('h1'), kind: 'started', at: Date.now() }],
+        args: [
+          signReport(await f.enroll('h1'), {
+            taskId,
+            attempt: 1,
+            leaseId: t.attempts[0].leaseId,
+            hostId: f.hostId('h1'),
+            kind: 'started',
+            at: Date.now(),
+          }),
+        ],
       }),
     );
     const history = await f.client.workflow.getHandle(taskWorkflowId(taskId)).fetchHistory();
@@ -243,8 +225,7 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
 
   it('Superseded lease reports completion (a host paused past its lease, then completes): rejected; current attempt unchanged', async () => {
     f = await startFleet('superseded');
-    const p = processHost('h1', 'd1');
-    await p.waitForOutput('host started');
+    const p = await processHost('h1', 'd1');
     await deviceKnown(1);
     const { taskId } = await f.fleet.submit({
       goal: 'slow [sim duration=2500 steps=5]',
@@ -276,7 +257,8 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
     await assert.rejects(
       f.client.workflow.getHandle(taskWorkflowId(taskId)).executeUpdate(reportAttemptUpdate, {
         args: [
-          {
+          signReport(await f.enroll('h1'), {
+            taskId,
             attempt: 1,
             leaseId: stale.leaseId,
             hostId: stale.hostId,
@@ -284,7 +266,7 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
             seq: 99,
             message: 'late',
             at: Date.now(),
-          },
+          }),
         ],
       }),
       (err: unknown) => {

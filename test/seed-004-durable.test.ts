@@ -5,9 +5,8 @@
 import assert from 'node:assert/strict';
 import { deviceWorkflowId, taskWorkflowId } from '../workflows/ids';
 import { deviceStateQuery, reportAttemptUpdate } from '../workflows/messages';
-import { eventually, startFleet, uid, type Fleet } from './helpers/fleet';
+import { eventually, signReport, startFleet, uid, type Fleet } from './helpers/fleet';
 import { assertNoOverlappingReservations } from './helpers/invariants';
-import { spawnHost } from './helpers/processes';
 import { recordingRunners } from './helpers/runners';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -119,23 +118,8 @@ describe('seed 004: idempotency, backoff, cancel, progress', () => {
 
   it('Cancel while the host is dead: cancelled once the lease runs out, no retry, reservation released', async () => {
     f = await startFleet('cancel-dead');
-    const host = spawnHost({
-      hostId: f.hostId('h1'),
-      pool: f.pool,
-      controlTaskQueue: f.config.controlTaskQueue,
-      snapshotIntervalMs: 300,
-      hostTimeoutMs: 1_500,
-      progressIntervalMs: 200,
-      driver: {
-        type: 'sim',
-        devices: [{ deviceId: 'd1', driverType: 'sim', tags: [], health: 'good', state: 'idle' }],
-        defaultDurationMs: 100,
-        defaultOutcome: 'done',
-      },
-      definitions: {},
-    });
+    const host = await f.spawnHost('h1', ['d1']);
     try {
-      await host.waitForOutput('host started');
       const { taskId } = await f.fleet.submit({
         goal: 'forever [sim outcome=hang]',
         policy: { leaseTimeoutMs: 2_000 },
@@ -171,11 +155,13 @@ describe('seed 004: idempotency, backoff, cancel, progress', () => {
       `host progress is monotonic: ${seqs}`,
     );
     const cur = running.current!;
+    const cred = await f.enroll('h1');
     const handle = f.client.workflow.getHandle(taskWorkflowId(taskId));
     const report = (seq: number, message: string) =>
       handle.executeUpdate(reportAttemptUpdate, {
         args: [
-          {
+          signReport(cred, {
+            taskId,
             attempt: cur.attempt,
             leaseId: cur.leaseId,
             hostId: cur.hostId,
@@ -183,7 +169,7 @@ describe('seed 004: idempotency, backoff, cancel, progress', () => {
             seq,
             message,
             at: Date.now(),
-          },
+          }),
         ],
       });
     await report(1_000_000, 'newest');

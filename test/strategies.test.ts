@@ -123,10 +123,9 @@ describe('policy and classification (pure)', () => {
     );
     const lease = classifyActivityError(wrap(new TimeoutFailure('t', undefined, 'HEARTBEAT')));
     assert.deepEqual([lease.outcome, lease.reason, lease.retryable], ['lease_expired', 'lease_expired', true]);
-    const def = classifyActivityError(wrap(ApplicationFailure.nonRetryable('no such', 'UnknownDefinition')));
-    assert.deepEqual([def.outcome, def.reason, def.retryable], ['failed', 'unknown_definition', false]);
-    const gone = classifyActivityError(wrap(ApplicationFailure.retryable('unplugged', 'DeviceUnavailable')));
-    assert.deepEqual([gone.outcome, gone.dispatchFailure], ['dispatch_failed', true]);
+    // A thrown failure is unsigned (anyone polling the queue could send it): never terminal, never a dispatch failure.
+    const forged = classifyActivityError(wrap(ApplicationFailure.nonRetryable('no such', 'UnknownDefinition')));
+    assert.deepEqual([forged.outcome, forged.retryable, forged.dispatchFailure], ['retryable_failure', true, false]);
     const crash = classifyActivityError(wrap(ApplicationFailure.retryable('boom', 'RunnerFailed')));
     assert.deepEqual([crash.outcome, crash.retryable, crash.dispatchFailure], ['retryable_failure', true, false]);
   });

@@ -126,6 +126,7 @@ export async function deviceWorkflow(input: DeviceInput): Promise<never> {
         hostId,
         deviceId,
         reservedAt: now,
+        hostKeys: req.hostKeys,
       }),
       // The task ended (cancelled, or gone) before it heard of the device: nobody will use it.
       () => release(r, 'task_gone'),

@@ -15,6 +15,7 @@ export const ErrorType = {
   UnknownDefinition: 'UnknownDefinition',
   RunnerFailed: 'RunnerFailed',
   ProgressBudget: 'ProgressBudget',
+  BadSignature: 'BadSignature',
 } as const;
 export type ErrorTypeName = (typeof ErrorType)[keyof typeof ErrorType];
 
@@ -32,6 +33,7 @@ export const Reason = {
   DispatchFailed: 'dispatch_failed',
   AckTimeout: 'ack_timeout',
   ReservationExpired: 'reservation_expired',
+  ForgedResult: 'forged_result',
   DeviceUnavailable: 'device_unavailable',
   ExecutionTimeout: 'execution_timeout',
   RunnerFailed: 'runner_failed',

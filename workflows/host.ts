@@ -1,7 +1,8 @@
 /**
- * host/<hostId>: liveness, the host's complete device snapshot, and drain flags. It publishes to
- * the pool schedulers only when something that matters for assignment changed (device set,
- * driver/tags, health, offline, host online, drain), not on every heartbeat.
+ * host/<hostId>: the host's enrolment (public keys), liveness, complete device snapshot, and drain
+ * flags. Only snapshots signed with the enrolled key get in (the update validator refuses the rest
+ * before anything reaches history). It publishes to the pool schedulers only when something that
+ * matters for assignment changed (device set, driver/tags, health, offline, online, drain, keys).
  */
 import {
   allHandlersFinished,
@@ -15,26 +16,33 @@ import {
 } from '@temporalio/workflow';
 import type * as controlActivities from '../activities/control-plane';
 import { shouldContinueAsNew } from './continue-as-new';
+import { SignDomain, validPublicKeys, verifySignature, type HostPublicKeys } from './identity';
 import {
-  hostSnapshotSignal,
+  hostSnapshotUpdate,
   hostStateQuery,
+  registerHostKeysSignal,
   setDeviceDrainSignal,
   setHostDrainSignal,
   type HostView,
 } from './messages';
 import { FleetHostId, FleetKind, FleetPool } from './search-attributes';
-import type { DeviceSnapshot } from './types';
+import type { SignedSnapshot } from './types';
 
 const { syncHost } = proxyActivities<ReturnType<typeof controlActivities.createControlPlaneActivities>>({
   startToCloseTimeout: '30s',
   retry: { initialInterval: '1s', maximumInterval: '10s' },
 });
 
+/** Snapshots stamped further than this from the workflow's clock are refused (replays, bad clocks). */
+export const MAX_SNAPSHOT_SKEW_MS = 5 * 60_000;
+
 export interface HostInput {
   hostId: string;
   pool: string;
   /** Silent longer than this: offline, devices not assignable. */
   hostTimeoutMs: number;
+  /** Public keys enrolled by the operator; without them every snapshot is refused. */
+  keys?: HostPublicKeys;
   historyLimit?: number;
   carried?: {
     view: HostView;
@@ -56,7 +64,30 @@ export function assignmentRelevant(view: HostView): string {
       p: d.pool ?? view.pool,
     }))
     .sort((a, b) => (a.id < b.id ? -1 : 1));
-  return JSON.stringify({ on: view.online, dr: view.drained, dd: [...view.drainedDevices].sort(), devices });
+  return JSON.stringify({
+    on: view.online,
+    dr: view.drained,
+    dd: [...view.drainedDevices].sort(),
+    devices,
+    keys: view.keys,
+  });
+}
+
+/**
+ * Refuses a snapshot that is not this host's: not signed with its enrolled key, claiming another
+ * host id, replayed (not newer than the last accepted one) or stamped far from now.
+ */
+export function validateSnapshot(view: HostView, hostId: string, signed: SignedSnapshot): void {
+  const s = signed?.snapshot;
+  if (!view.keys) throw new Error(`host ${hostId} is not enrolled: no public key to verify its snapshot`);
+  if (!s || s.hostId !== hostId) throw new Error(`snapshot for host ${s?.hostId} sent to host ${hostId}`);
+  if (!verifySignature(SignDomain.Snapshot, s, signed.sig, view.keys.signing)) {
+    throw new Error(`snapshot signature does not verify with host ${hostId}'s enrolled key`);
+  }
+  if (Math.abs(s.sentAt - Date.now()) > MAX_SNAPSHOT_SKEW_MS) throw new Error('snapshot timestamp too far from now');
+  if (s.bootId === view.bootId ? s.seq <= view.seq : view.lastSentAt !== undefined && s.sentAt <= view.lastSentAt) {
+    throw new Error('snapshot is not newer than the last accepted one (replayed?)');
+  }
 }
 
 export async function hostWorkflow(input: HostInput): Promise<never> {
@@ -73,6 +104,7 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
         devices: [],
         published: 0,
         runs: 1,
+        keys: validPublicKeys(input.keys) ? input.keys : undefined,
       };
   const ensured = new Set<string>(input.carried?.ensured ?? []);
   let publishedPools = new Set<string>(input.carried?.publishedPools ?? []);
@@ -85,20 +117,29 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
   ]);
 
   setHandler(hostStateQuery, () => view);
-  setHandler(hostSnapshotSignal, (s) => {
-    if (s.hostId !== hostId) {
-      log.warn('snapshot for another host ignored', { hostId, claimed: s.hostId });
+  setHandler(registerHostKeysSignal, ({ keys }) => {
+    if (!validPublicKeys(keys)) {
+      log.warn('malformed host keys ignored', { hostId });
       return;
     }
-    if (s.bootId === view.bootId && s.seq <= view.seq) return; // reordered or repeated
-    view.bootId = s.bootId;
-    view.seq = s.seq;
-    view.devices = s.devices.map((d: DeviceSnapshot) => ({ ...d, tags: [...d.tags] }));
-    view.pool = s.pool || view.pool;
-    view.lastSeenAt = Date.now();
-    view.online = true;
+    view.keys = keys;
     beats++;
   });
+  setHandler(
+    hostSnapshotUpdate,
+    ({ snapshot: s }) => {
+      view.bootId = s.bootId;
+      view.seq = s.seq;
+      view.lastSentAt = s.sentAt;
+      view.devices = s.devices.map((d) => ({ ...d, tags: [...d.tags] }));
+      view.pool = s.pool || view.pool;
+      view.lastSeenAt = Date.now();
+      view.online = true;
+      beats++;
+      return { accepted: true as const };
+    },
+    { validator: (signed) => validateSnapshot(view, hostId, signed) },
+  );
   setHandler(setHostDrainSignal, ({ drained }) => {
     view.drained = drained;
     beats++;
@@ -110,6 +151,7 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
   });
 
   const publishIfChanged = async (): Promise<void> => {
+    if (!view.keys) return; // nothing to publish before enrolment
     const relevant = assignmentRelevant(view);
     if (relevant === lastPublished) return;
     view.published++;
@@ -125,6 +167,7 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
       newDevices,
       pools: [...new Set([...pools, ...publishedPools])],
       version: view.published,
+      keys: view.keys,
     });
     for (const id of newDevices) ensured.add(id);
     publishedPools = pools;

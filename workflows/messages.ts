@@ -7,13 +7,14 @@ import type {
   Assignment,
   AttemptReport,
   DeviceSnapshot,
-  HostSnapshot,
   PoolDevice,
   Reservation,
   ReservationRequest,
+  SignedSnapshot,
   TaskConstraints,
   TaskView,
 } from './types';
+import type { HostPublicKeys } from './identity';
 
 // ---- scheduler/<pool> ----
 export interface EnqueueRequest {
@@ -35,6 +36,8 @@ export interface HostDevicesUpdate {
   devices: DeviceSnapshot[];
   /** Monotonic per host workflow; an older update never overwrites a newer one. */
   version: number;
+  /** The host's enrolled public keys. */
+  keys: HostPublicKeys;
 }
 export interface DeviceReleased {
   hostId: string;
@@ -132,8 +135,14 @@ export interface HostView {
   published: number;
   /** Runs of this workflow so far (continue-as-new increments it). */
   runs: number;
+  /** Enrolled public keys (none: the host is not enrolled and every snapshot is refused). */
+  keys?: HostPublicKeys;
+  lastSentAt?: number;
 }
-export const hostSnapshotSignal = defineSignal<[HostSnapshot]>('hostSnapshot');
+/** Operator enrollment (or key rotation): the host's public keys. */
+export const registerHostKeysSignal = defineSignal<[{ keys: HostPublicKeys }]>('registerHostKeys');
+/** Host -> host workflow: its complete signed snapshot; the validator refuses anything not signed by this host. */
+export const hostSnapshotUpdate = defineUpdate<{ accepted: true }, [SignedSnapshot]>('hostSnapshot');
 export const setHostDrainSignal = defineSignal<[{ drained: boolean }]>('setHostDrain');
 export const setDeviceDrainSignal = defineSignal<[{ deviceId: string; drained: boolean }]>('setDeviceDrain');
 export const hostStateQuery = defineQuery<HostView>('hostState');

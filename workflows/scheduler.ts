@@ -36,6 +36,7 @@ import {
 } from './messages';
 import { FleetKind, FleetPool } from './search-attributes';
 import { byAge, getStrategy, hasStrategy, strategyNames, type QueuedTask } from './strategies';
+import type { HostPublicKeys } from './identity';
 import type { PoolDevice } from './types';
 
 interface Held {
@@ -58,6 +59,7 @@ export interface SchedulerCarried {
   devices: PoolDevice[];
   held: Array<[string, Held]>;
   hostVersions: Array<[string, number]>;
+  hostKeys: Array<[string, HostPublicKeys]>;
   counters: SchedulerCounters;
   runs: number;
 }
@@ -99,6 +101,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   const devices = new Map<string, PoolDevice>((c?.devices ?? []).map((d) => [deviceKey(d.hostId, d.deviceId), d]));
   const held = new Map<string, Held>(c?.held ?? []);
   const hostVersions = new Map<string, number>(c?.hostVersions ?? []);
+  const hostKeys = new Map<string, HostPublicKeys>(c?.hostKeys ?? []);
   const counters: SchedulerCounters = c?.counters ?? {
     admitted: 0,
     rejected: 0,
@@ -222,6 +225,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   setHandler(hostDevicesSignal, (u) => {
     if ((hostVersions.get(u.hostId) ?? -1) >= u.version) return; // older than what we have
     hostVersions.set(u.hostId, u.version);
+    hostKeys.set(u.hostId, u.keys);
     for (const [k, d] of devices) if (d.hostId === u.hostId) devices.delete(k);
     for (const d of u.devices) {
       devices.set(deviceKey(u.hostId, d.deviceId), {
@@ -267,7 +271,13 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   });
 
   const assignable = (k: string, d: PoolDevice): boolean =>
-    d.hostOnline && !d.hostDrained && !d.deviceDrained && d.health === 'good' && d.state !== 'offline' && !held.has(k);
+    d.hostOnline &&
+    !d.hostDrained &&
+    !d.deviceDrained &&
+    d.health === 'good' &&
+    d.state !== 'offline' &&
+    !held.has(k) &&
+    hostKeys.has(d.hostId);
 
   const dropExpiredHolds = (now: number): void => {
     for (const [k, h] of held) {
@@ -309,6 +319,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
           leaseId,
           pool,
           holdMs: task.holdMs,
+          hostKeys: hostKeys.get(device.hostId)!,
         }),
         (err) => {
           // No device workflow to hold the reservation: treat the device as offline until its host reports again.
@@ -354,6 +365,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
       devices: [...devices.values()],
       held: [...held.entries()],
       hostVersions: [...hostVersions.entries()],
+      hostKeys: [...hostKeys.entries()],
       counters,
       runs,
     },

@@ -25,6 +25,7 @@ import { TimeoutType, type SearchAttributeUpdatePair } from '@temporalio/common'
 import type * as controlActivities from '../activities/control-plane';
 import type { HostActivities } from '../host-worker/activities';
 import { ErrorType, Reason } from './errors';
+import { SignDomain, verifySignature, type HostPublicKeys } from './identity';
 import { deviceWorkflowId, hostTaskQueue, schedulerWorkflowId } from './ids';
 import {
   admissionSignal,
@@ -59,6 +60,7 @@ import type {
   AttemptOutcome,
   AttemptRecord,
   AttemptReport,
+  HostAssignment,
   RunOutcome,
   TaskInput,
   TaskResult,
@@ -83,6 +85,15 @@ export interface Classified {
 
 export function classifyRunOutcome(r: RunOutcome): Classified {
   if (r.status === 'done') return { outcome: 'done', retryable: false, dispatchFailure: false };
+  if (r.dispatchFailure) {
+    return {
+      outcome: 'dispatch_failed',
+      reason: r.reason ?? Reason.DeviceUnavailable,
+      message: r.message,
+      retryable: true,
+      dispatchFailure: true,
+    };
+  }
   return {
     outcome: r.retryable ? 'retryable_failure' : 'failed',
     reason: r.reason ?? Reason.RunnerFailed,
@@ -113,34 +124,8 @@ export function classifyActivityError(err: unknown, claimed = false): Classified
         };
     }
   }
+  // Anything else is unsigned (an error thrown by whoever completed the activity): never terminal on its own.
   if (cause instanceof ApplicationFailure) {
-    if (cause.type === ErrorType.DeviceUnavailable) {
-      return {
-        outcome: 'dispatch_failed',
-        reason: Reason.DeviceUnavailable,
-        message: cause.message,
-        retryable: true,
-        dispatchFailure: true,
-      };
-    }
-    if (cause.type === ErrorType.UnknownDefinition) {
-      return {
-        outcome: 'failed',
-        reason: Reason.UnknownDefinition,
-        message: cause.message,
-        retryable: false,
-        dispatchFailure: false,
-      };
-    }
-    if (cause.nonRetryable) {
-      return {
-        outcome: 'failed',
-        reason: cause.type ?? Reason.HostError,
-        message: cause.message,
-        retryable: false,
-        dispatchFailure: false,
-      };
-    }
     return {
       outcome: 'retryable_failure',
       reason: Reason.HostError,
@@ -175,6 +160,8 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
   /** The attempt number we are waiting a device for; 0 when not waiting. */
   let awaitingAttempt = 0;
   let assignment: Assignment | undefined;
+  /** The current attempt's host keys: reports and results must be signed with them. */
+  let currentKeys: HostPublicKeys | undefined;
   /** Assignments that arrived when nobody wanted them: released before the workflow ends. */
   const stray: Assignment[] = [];
 
@@ -203,7 +190,7 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
       publish(state);
       return { accepted: true as const };
     },
-    { validator: (report) => validateReport(state, report) },
+    { validator: (report) => validateReport(state, report, currentKeys) },
   );
 
   const problems = validateTaskInput(input);
@@ -289,11 +276,12 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
         };
         state.attempts.push(record);
         state.current = record;
+        currentKeys = a.hostKeys;
         state.nextAttemptAt = undefined;
         state.status = 'assigned';
         publish(state);
 
-        let c = await runAttempt(input, record, a.reservedAt + holdMs);
+        let c = await runAttempt(input, record, a.hostKeys, a.reservedAt + holdMs);
         if (root.consideredCancelled && c.outcome !== 'done') {
           c = { outcome: 'cancelled', reason: Reason.Cancelled, retryable: false, dispatchFailure: false };
         }
@@ -351,7 +339,12 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
     }
   }
 
-  async function runAttempt(task: TaskInput, record: AttemptRecord, holdDeadline: number): Promise<Classified> {
+  async function runAttempt(
+    task: TaskInput,
+    record: AttemptRecord,
+    keys: HostPublicKeys,
+    holdDeadline: number,
+  ): Promise<Classified> {
     // The device frees itself at holdDeadline: the attempt must be over well before that.
     const untilHold = holdDeadline - Date.now() - RESERVATION_SAFETY_MS;
     if (untilHold <= 1_000) {
@@ -367,7 +360,7 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
       cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
     });
     try {
-      const r = await host.runAssignment({
+      const assignment: HostAssignment = {
         taskId: task.taskId,
         attempt: record.attempt,
         leaseId: record.leaseId,
@@ -375,7 +368,24 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
         deviceId: record.deviceId,
         work: task.work,
         leaseTimeoutMs: task.policy.leaseTimeoutMs,
+      };
+      // Sealed: readable only by the owning host (the control plane's codec encrypts it to keys.box).
+      const signed = await host.runAssignment({
+        sealedFor: { hostId: record.hostId, box: keys.box },
+        body: assignment,
       });
+      const r = signed?.outcome;
+      const body = {
+        taskId: task.taskId,
+        attempt: record.attempt,
+        leaseId: record.leaseId,
+        hostId: record.hostId,
+        outcome: r,
+      };
+      if (!r || !verifySignature(SignDomain.Result, body, signed.sig, keys.signing)) {
+        log.warn('attempt result not signed by the owning host: rejected', { attempt: record.attempt });
+        return { outcome: 'retryable_failure', reason: Reason.ForgedResult, retryable: true, dispatchFailure: false };
+      }
       record.claimedAt ??= r.claimedAt;
       record.startedAt ??= r.startedAt;
       const c = classifyRunOutcome(r);
@@ -413,9 +423,16 @@ function typeForReason(reason: string | undefined): string {
   }
 }
 
-export function validateReport(state: TaskView, r: AttemptReport): void {
+export function validateReport(state: TaskView, r: AttemptReport, keys: HostPublicKeys | undefined): void {
   const cur = state.current;
-  if (!cur || cur.attempt !== r.attempt || cur.leaseId !== r.leaseId || cur.hostId !== r.hostId) {
+  if (
+    !cur ||
+    !keys ||
+    r.taskId !== state.taskId ||
+    cur.attempt !== r.attempt ||
+    cur.leaseId !== r.leaseId ||
+    cur.hostId !== r.hostId
+  ) {
     throw ApplicationFailure.nonRetryable(
       `report for attempt ${r.attempt} does not match the current attempt ${cur ? cur.attempt : 'none'}`,
       ErrorType.StaleLease,
@@ -423,6 +440,10 @@ export function validateReport(state: TaskView, r: AttemptReport): void {
   }
   if (r.kind === 'progress' && (typeof r.seq !== 'number' || !Number.isInteger(r.seq) || r.seq < 0)) {
     throw ApplicationFailure.nonRetryable('progress needs an integer seq >= 0', ErrorType.InvalidTask);
+  }
+  const { sig, ...body } = r;
+  if (!verifySignature(SignDomain.Report, body, sig, keys.signing)) {
+    throw ApplicationFailure.nonRetryable(`report not signed by host ${cur.hostId}`, ErrorType.BadSignature);
   }
   if (r.kind === 'progress' && state.progressReports >= MAX_PROGRESS_REPORTS) {
     // Rejected in the validator, so nothing reaches history; heartbeat details still carry it.

@@ -1,4 +1,5 @@
 /** Plain data shared by workflows, the control plane, the host agent and tests. No runtime code. */
+import type { HostPublicKeys } from './identity';
 
 export type TaskStatus =
   | 'queued' // admitted, waiting for a device (or for its next attempt: see nextAttemptAt)
@@ -150,6 +151,12 @@ export interface HostSnapshot {
   bootId: string;
 }
 
+export interface SignedSnapshot {
+  snapshot: HostSnapshot;
+  /** Ed25519 signature by the host over the snapshot (domain fleet.snapshot.v1). */
+  sig: string;
+}
+
 /** The scheduler's view of one device. */
 export interface PoolDevice {
   hostId: string;
@@ -168,6 +175,8 @@ export interface ReservationRequest {
   attempt: number;
   leaseId: string;
   pool: string;
+  /** The owning host's enrolled public keys: the task verifies the host's reports and seals its payload with them. */
+  hostKeys: HostPublicKeys;
   /** The device frees itself after this long even if nobody releases it (hard cap). */
   holdMs: number;
 }
@@ -186,6 +195,7 @@ export interface Assignment {
   hostId: string;
   deviceId: string;
   reservedAt: number;
+  hostKeys: HostPublicKeys;
 }
 
 /** What the task workflow hands to the owning host's activity. */
@@ -203,6 +213,8 @@ export interface HostAssignment {
 export interface RunOutcome {
   status: 'done' | 'failed';
   retryable: boolean;
+  /** The host could not take the attempt (device gone, busy, wrong host): a dispatch failure. */
+  dispatchFailure?: boolean;
   reason?: string;
   message?: string;
   output?: string;
@@ -212,10 +224,27 @@ export interface RunOutcome {
   lastProgressSeq: number;
 }
 
+/**
+ * A value sealed to one host: the control plane's payload codec encrypts any payload that starts
+ * with `sealedFor` to that host's box key, so only that host can read it.
+ */
+export interface Sealed<T> {
+  sealedFor: { hostId: string; box: string };
+  body: T;
+}
+
+/** The activity's result: the outcome signed by the host (domain fleet.result.v1). */
+export interface SignedRunOutcome {
+  outcome: RunOutcome;
+  /** Ed25519 signature over { taskId, attempt, leaseId, hostId, outcome }. */
+  sig: string;
+}
+
 export type AttemptReportKind = 'claimed' | 'started' | 'progress';
 
 /** A host's report about a running attempt; fenced by attempt and leaseId. */
 export interface AttemptReport {
+  taskId: string;
   attempt: number;
   leaseId: string;
   hostId: string;
@@ -223,4 +252,6 @@ export interface AttemptReport {
   at: number;
   seq?: number;
   message?: string;
+  /** Ed25519 signature by the host over the report without `sig` (domain fleet.report.v1). */
+  sig: string;
 }

@@ -4,18 +4,34 @@
  * real child processes (see processes.ts) when a test needs to kill or pause one.
  */
 import { randomBytes } from 'node:crypto';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { Client } from '@temporalio/client';
 import type { Worker } from '@temporalio/worker';
 import { FleetClient } from '../../control-plane/client';
-import { parseControlPlaneConfig, type ControlPlaneConfig, type ControlPlaneConfigInput } from '../../control-plane/config';
+import {
+  parseControlPlaneConfig,
+  type ControlPlaneConfig,
+  type ControlPlaneConfigInput,
+} from '../../control-plane/config';
+import { enrollHost } from '../../control-plane/hosts';
 import { createControlPlaneWorker, ensurePools } from '../../control-plane/worker';
+import { generateHostCredential, publicKeys, saveHostCredential, sign, type HostCredential } from '../../host-worker/identity';
 import { startHost, type HostAgent, type HostOptions } from '../../host-worker/host';
 import { simDevices, type SimDeviceSpec } from '../../host-worker/sim';
+import { SignDomain } from '../../workflows/identity';
 import { schedulerWorkflowId } from '../../workflows/ids';
 import { schedulerStateQuery, type SchedulerView } from '../../workflows/messages';
-import type { TaskStatus, TaskView } from '../../workflows/types';
+import type { AttemptReport, TaskStatus, TaskView } from '../../workflows/types';
 import { testEnv, workflowBundle } from '../setup';
-import { spawnControlPlane, type HostProcess } from './processes';
+import { registerTestHostKey } from './invariants';
+import { spawnControlPlane, spawnHost as spawnHostProcess, type HostProcess } from './processes';
+
+/** A report signed with a host's credential, as the host agent sends it. */
+export function signReport(cred: HostCredential, r: Omit<AttemptReport, 'sig'>): AttemptReport {
+  return { ...r, sig: sign(cred, SignDomain.Report, r) };
+}
 
 export const uid = (prefix: string): string => `${prefix}-${randomBytes(4).toString('hex')}`;
 
@@ -35,7 +51,19 @@ export interface Fleet {
   client: Client;
   fleet: FleetClient;
   hostId(name: string): string;
-  addHost(name: string, devices: SimDeviceSpec[], opts?: Partial<HostOptions>): Promise<HostAgent>;
+  /** Issues (once per name) and enrols a host credential, as an operator would; returns it. */
+  enroll(name: string, opts?: { hostTimeoutMs?: number }): Promise<HostCredential>;
+  addHost(
+    name: string,
+    devices: SimDeviceSpec[],
+    opts?: Partial<HostOptions> & { hostTimeoutMs?: number },
+  ): Promise<HostAgent>;
+  /** A host agent as a real child process (for SIGKILL / SIGSTOP), enrolled first. */
+  spawnHost(
+    name: string,
+    deviceIds: string[],
+    opts?: { hostTimeoutMs?: number; snapshotIntervalMs?: number },
+  ): Promise<HostProcess>;
   /** In-process: graceful worker shutdown; process: SIGKILL. */
   stopControlPlane(): Promise<void>;
   startControlPlane(): Promise<void>;
@@ -70,7 +98,10 @@ export async function eventually<T>(
     } catch (err) {
       last = err;
     }
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? ` (last error: ${String(last)})` : ''}`);
+    if (Date.now() > deadline)
+      throw new Error(
+        `timed out after ${timeoutMs} ms waiting for ${what}${last ? ` (last error: ${String(last)})` : ''}`,
+      );
     await new Promise((r) => setTimeout(r, intervalMs));
   }
 }
@@ -83,7 +114,11 @@ export async function startFleet(name: string, opts: FleetOptions = {}): Promise
     controlTaskQueue: `control-${suffix}`,
     defaultPool: pool,
     pools: {
-      [pool]: { strategy: opts.strategy ?? 'fifo_match', maxQueueDepth: opts.maxQueueDepth ?? 1000, agingMs: opts.agingMs ?? 60_000 },
+      [pool]: {
+        strategy: opts.strategy ?? 'fifo_match',
+        maxQueueDepth: opts.maxQueueDepth ?? 1000,
+        agingMs: opts.agingMs ?? 60_000,
+      },
     },
     taskDefaults: opts.taskDefaults ?? FAST_POLICY,
     historyLimit: opts.historyLimit,
@@ -91,6 +126,8 @@ export async function startFleet(name: string, opts: FleetOptions = {}): Promise
   const client = env.client;
   const fleet = new FleetClient(client, config);
   const hosts: HostAgent[] = [];
+  const procs: HostProcess[] = [];
+  const credentials = new Map<string, HostCredential>();
   let worker: Worker | undefined;
   let running: Promise<void> | undefined;
   let proc: HostProcess | undefined;
@@ -129,33 +166,87 @@ export async function startFleet(name: string, opts: FleetOptions = {}): Promise
     client,
     fleet,
     hostId: (n) => `${n}-${suffix}`,
+    async enroll(n, enrollOpts = {}) {
+      const hostId = self.hostId(n);
+      let cred = credentials.get(hostId);
+      if (!cred) {
+        cred = generateHostCredential(hostId);
+        credentials.set(hostId, cred);
+        registerTestHostKey(hostId, cred.boxKey);
+      }
+      await enrollHost(client, config, {
+        hostId,
+        pool,
+        keys: publicKeys(cred),
+        hostTimeoutMs: enrollOpts.hostTimeoutMs ?? 5_000,
+      });
+      return cred;
+    },
     async addHost(n, devices, hostOpts = {}) {
+      const { hostTimeoutMs, ...rest } = hostOpts;
+      const credential = await self.enroll(n, { hostTimeoutMs });
       const host = await startHost({
-        hostId: self.hostId(n),
+        credential,
         pool,
         namespace: env.namespace ?? 'default',
-        controlTaskQueue: config.controlTaskQueue,
         workerConnection: env.nativeConnection,
         clientConnection: client.connection,
         devices: simDevices(devices),
         snapshotIntervalMs: 1_000,
-        hostTimeoutMs: 5_000,
         progressIntervalMs: 100,
-        ...hostOpts,
+        ...rest,
       });
       hosts.push(host);
       return host;
+    },
+    async spawnHost(n, deviceIds, spawnOpts = {}) {
+      const credential = await self.enroll(n, { hostTimeoutMs: spawnOpts.hostTimeoutMs ?? 1_500 });
+      const dir = mkdtempSync(join(tmpdir(), 'fleet-cred-'));
+      const credentialFile = join(dir, 'credential.json');
+      saveHostCredential(credentialFile, credential);
+      const p = spawnHostProcess({
+        hostId: credential.hostId,
+        credentialFile,
+        pool,
+        snapshotIntervalMs: spawnOpts.snapshotIntervalMs ?? 300,
+        progressIntervalMs: 200,
+        driver: {
+          type: 'sim',
+          devices: deviceIds.map((id) => ({
+            deviceId: id,
+            driverType: 'sim',
+            tags: [],
+            health: 'good' as const,
+            state: 'idle' as const,
+          })),
+          defaultDurationMs: 100,
+          defaultOutcome: 'done',
+        },
+        definitions: {},
+      });
+      procs.push(p);
+      await p.waitForOutput('host started');
+      return p;
     },
     stopControlPlane,
     startControlPlane,
     scheduler: () => client.workflow.getHandle(schedulerWorkflowId(pool)).query(schedulerStateQuery),
     waitFor: (taskId, pred, what, timeoutMs = 20_000) =>
-      eventually(async () => {
-        const t = await fleet.get(taskId);
-        return pred(t) ? t : undefined;
-      }, `task ${taskId}: ${what}`, timeoutMs),
-    waitForStatus: (taskId, status, timeoutMs) => self.waitFor(taskId, (t) => t.status === status, `status ${status}`, timeoutMs),
+      eventually(
+        async () => {
+          const t = await fleet.get(taskId);
+          return pred(t) ? t : undefined;
+        },
+        `task ${taskId}: ${what}`,
+        timeoutMs,
+      ),
+    waitForStatus: (taskId, status, timeoutMs) =>
+      self.waitFor(taskId, (t) => t.status === status, `status ${status}`, timeoutMs),
     async stop() {
+      for (const p of procs) {
+        p.resume();
+        p.kill('SIGKILL');
+      }
       await Promise.all(hosts.map((h) => h.stop().catch(() => undefined)));
       await stopControlPlane();
     },

@@ -9,11 +9,12 @@
  */
 import { AssertionError } from 'node:assert';
 import { WorkflowNotFoundError, type Client, type WorkflowHandle } from '@temporalio/client';
+import { open, SEALED_ENCODING } from '../../control-plane/sealing';
 import type { Payload } from '@temporalio/common';
 import type { DeviceInput } from '../../workflows/device';
 import { deviceKey, deviceWorkflowId, taskWorkflowId } from '../../workflows/ids';
 import type { DeviceReleased } from '../../workflows/messages';
-import type { Assignment, HostAssignment } from '../../workflows/types';
+import type { Assignment, HostAssignment, Sealed } from '../../workflows/types';
 
 type History = Awaited<ReturnType<WorkflowHandle['fetchHistory']>>;
 type HistoryEvent = NonNullable<History['events']>[number];
@@ -90,9 +91,24 @@ function tsMs(ts: Timestamp): number {
   return num(ts.seconds) * 1000 + Math.floor((ts.nanos ?? 0) / 1_000_000);
 }
 
+/**
+ * Box keys of the test hosts, so the checker can open task payloads sealed to them (as the host
+ * itself would); the control plane cannot.
+ */
+const testHostBoxKeys = new Map<string, string>();
+export function registerTestHostKey(hostId: string, boxKey: string): void {
+  testHostBoxKeys.set(hostId, boxKey);
+}
+
 async function decodeFirst<T>(client: Client, payloads: Payload[] | null | undefined): Promise<T | undefined> {
-  const first = payloads?.[0];
+  let first = payloads?.[0];
   if (!first) return undefined;
+  if (Buffer.from(first.metadata?.encoding ?? []).toString() === SEALED_ENCODING) {
+    const hostId = Buffer.from(first.metadata?.['fleet-sealed-for'] ?? []).toString();
+    const key = testHostBoxKeys.get(hostId);
+    if (!key) throw new Error(`payload sealed for host ${hostId}, whose key the checker does not know`);
+    first = open(first, key);
+  }
   const converter = client.options.loadedDataConverter;
   let decoded: Payload[] = [first];
   // Codecs encode in order, so decode in reverse.
@@ -284,7 +300,7 @@ export async function taskAttemptRuns(client: Client, taskId: string): Promise<T
       const scheduled = event.activityTaskScheduledEventAttributes;
       if (scheduled) {
         if (scheduled.activityType?.name !== 'runAssignment') continue;
-        const a = await decodeFirst<HostAssignment>(client, scheduled.input?.payloads);
+        const a = (await decodeFirst<Sealed<HostAssignment>>(client, scheduled.input?.payloads))?.body;
         if (!a) continue;
         const r: TaskAttemptRun = {
           taskId: a.taskId,

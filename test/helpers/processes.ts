@@ -59,7 +59,8 @@ function spawnEntry(entry: string, args: string[], extraEnv: Record<string, stri
     async waitForOutput(text, timeoutMs = 30_000) {
       const deadline = Date.now() + timeoutMs;
       while (!out.includes(text)) {
-        if (child.exitCode !== null || child.signalCode !== null) throw new Error(`process exited before "${text}":\n${out}`);
+        if (child.exitCode !== null || child.signalCode !== null)
+          throw new Error(`process exited before "${text}":\n${out}`);
         if (Date.now() > deadline) throw new Error(`timed out waiting for "${text}":\n${out}`);
         await new Promise((r) => setTimeout(r, 100));
       }

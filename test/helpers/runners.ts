@@ -9,14 +9,16 @@ export interface Recorded {
   aborted: boolean;
 }
 
-export function recordingRunners(opts: SimOptions & { override?: (ctx: RunContext) => Promise<RunResult> | undefined } = {}) {
+export function recordingRunners(
+  opts: SimOptions & { override?: (ctx: RunContext) => Promise<RunResult> | undefined } = {},
+) {
   const sim = createSimRunners(opts);
   const calls: Recorded[] = [];
   const wrap = async (ctx: RunContext, run: () => Promise<RunResult>): Promise<RunResult> => {
     const rec: Recorded = { taskId: ctx.taskId, attempt: ctx.attempt, deviceId: ctx.device.deviceId, aborted: false };
     calls.push(rec);
     ctx.signal.addEventListener('abort', () => (rec.aborted = true), { once: true });
-    return (opts.override?.(ctx) ?? run());
+    return opts.override?.(ctx) ?? run();
   };
   const runners: Runners = {
     goal: { runGoal: (goal, ctx) => wrap(ctx, () => sim.goal.runGoal(goal, ctx)) },

@@ -1,0 +1,56 @@
+/**
+ * A host's credential: an Ed25519 signing key (everything the host sends is signed) and an X25519
+ * box key (task payloads are sealed to it). The secret stays in a 0600 file on the host; the
+ * control plane only ever sees the public halves (enrolled by an operator).
+ */
+import { randomBytes } from 'node:crypto';
+import { chmodSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { bytesToHex, hexToBytes } from '@noble/curves/abstract/utils';
+import { ed25519, x25519 } from '@noble/curves/ed25519';
+import { isValidId } from '../workflows/ids';
+import { signedBytes, type HostPublicKeys, type SignDomainName } from '../workflows/identity';
+
+export interface HostCredential {
+  hostId: string;
+  /** Ed25519 private key (hex). */
+  signingKey: string;
+  /** X25519 private key (hex). */
+  boxKey: string;
+}
+
+export function generateHostCredential(hostId: string): HostCredential {
+  if (!isValidId(hostId)) throw new Error(`invalid host id "${hostId}"`);
+  return { hostId, signingKey: bytesToHex(randomBytes(32)), boxKey: bytesToHex(randomBytes(32)) };
+}
+
+export function publicKeys(cred: HostCredential): HostPublicKeys {
+  return {
+    signing: bytesToHex(ed25519.getPublicKey(hexToBytes(cred.signingKey))),
+    box: bytesToHex(x25519.getPublicKey(hexToBytes(cred.boxKey))),
+  };
+}
+
+export function sign(cred: HostCredential, domain: SignDomainName, body: unknown): string {
+  return bytesToHex(ed25519.sign(signedBytes(domain, body), hexToBytes(cred.signingKey)));
+}
+
+export function saveHostCredential(path: string, cred: HostCredential): void {
+  mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
+  writeFileSync(path, JSON.stringify(cred, null, 2) + '\n', { mode: 0o600 });
+  chmodSync(path, 0o600);
+}
+
+export function loadHostCredential(path: string): HostCredential {
+  let raw: Partial<HostCredential>;
+  try {
+    raw = JSON.parse(readFileSync(path, 'utf8'));
+  } catch (err) {
+    throw new Error(`cannot read host credential ${path}: ${(err as Error).message}`, { cause: err });
+  }
+  const hex64 = /^[0-9a-f]{64}$/;
+  if (!isValidId(raw.hostId) || !hex64.test(raw.signingKey ?? '') || !hex64.test(raw.boxKey ?? '')) {
+    throw new Error(`host credential ${path} is malformed (expected hostId, signingKey, boxKey)`);
+  }
+  return raw as HostCredential;
+}
