@@ -1,0 +1,174 @@
+/**
+ * Host identity (seed 002, architecture "Host identity"): a host acts only for itself. Snapshots,
+ * reports and results are signed with the enrolled key; task payloads are sealed to the host.
+ */
+import assert from 'node:assert/strict';
+import { WorkflowUpdateFailedError } from '@temporalio/client';
+import { Worker } from '@temporalio/worker';
+import { createHostCodec, SEALED_ENCODING } from '../control-plane/sealing';
+import { generateHostCredential, sign } from '../host-worker/identity';
+import { SignDomain } from '../workflows/identity';
+import { hostTaskQueue, hostWorkflowId, taskWorkflowId } from '../workflows/ids';
+import { hostSnapshotUpdate, hostStateQuery, reportAttemptUpdate } from '../workflows/messages';
+import type { HostSnapshot } from '../workflows/types';
+import { eventually, signReport, startFleet, type Fleet } from './helpers/fleet';
+import { testEnv } from './setup';
+
+const causeMatches = (re: RegExp) => (err: unknown) =>
+  err instanceof WorkflowUpdateFailedError && re.test(String(err.cause?.message));
+
+describe('host identity', () => {
+  let f: Fleet | undefined;
+  afterEach(async () => {
+    await f?.stop();
+    f = undefined;
+  });
+
+  const snapshotOf = (hostId: string, pool: string, over: Partial<HostSnapshot> = {}): HostSnapshot => ({
+    hostId,
+    pool,
+    devices: [{ deviceId: 'evil', driverType: 'sim', tags: [], state: 'idle', health: 'good' }],
+    sentAt: Date.now(),
+    seq: 1,
+    bootId: 'forged',
+    ...over,
+  });
+  const historyLength = async (workflowId: string) =>
+    (await f!.client.workflow.getHandle(workflowId).describe()).historyLength;
+
+  it('Impersonation: a snapshot for host A signed with host B credentials is rejected; A is unchanged', async () => {
+    f = await startFleet('impersonate');
+    await f.addHost('A', [{ deviceId: 'a1' }]);
+    const credB = await f.enroll('B');
+    const handleA = f.client.workflow.getHandle(hostWorkflowId(f.hostId('A')));
+    const before = await handleA.query(hostStateQuery);
+    const lengthBefore = await historyLength(hostWorkflowId(f.hostId('A')));
+    const forged = snapshotOf(f.hostId('A'), f.pool);
+    await assert.rejects(
+      handleA.executeUpdate(hostSnapshotUpdate, {
+        args: [{ snapshot: forged, sig: sign(credB, SignDomain.Snapshot, forged) }],
+      }),
+      (err: unknown) => err instanceof WorkflowUpdateFailedError && /does not verify/.test(String(err.cause?.message)),
+    );
+    // B signing a snapshot that claims to be B, sent to A's workflow: refused as well.
+    const asB = snapshotOf(f.hostId('B'), f.pool);
+    await assert.rejects(
+      handleA.executeUpdate(hostSnapshotUpdate, {
+        args: [{ snapshot: asB, sig: sign(credB, SignDomain.Snapshot, asB) }],
+      }),
+      (err: unknown) => err instanceof WorkflowUpdateFailedError && /sent to host/.test(String(err.cause?.message)),
+    );
+    const after = await handleA.query(hostStateQuery);
+    assert.deepEqual(after.devices, before.devices);
+    assert.ok(!after.devices.some((d) => d.deviceId === 'evil'));
+    // Rejected in the validator: nothing about it reached A's history (its own snapshots may have).
+    const { events } = await handleA.fetchHistory();
+    assert.ok(!JSON.stringify(events).includes('"forged"'), 'no forged snapshot in history');
+    assert.ok((await historyLength(hostWorkflowId(f.hostId('A')))) >= lengthBefore);
+  });
+
+  it('Replayed snapshot: the same correctly signed snapshot is accepted once', async () => {
+    f = await startFleet('replay');
+    const cred = await f.enroll('A');
+    const handle = f.client.workflow.getHandle(hostWorkflowId(f.hostId('A')));
+    const s = snapshotOf(f.hostId('A'), f.pool, { bootId: 'boot-1', seq: 7 });
+    const signed = { snapshot: s, sig: sign(cred, SignDomain.Snapshot, s) };
+    await handle.executeUpdate(hostSnapshotUpdate, { args: [signed] });
+    await assert.rejects(handle.executeUpdate(hostSnapshotUpdate, { args: [signed] }), causeMatches(/not newer/));
+    // A key that was never enrolled (a fresh credential for the same id) is refused.
+    const stranger = generateHostCredential(f.hostId('A'));
+    const s2 = snapshotOf(f.hostId('A'), f.pool, { bootId: 'boot-1', seq: 8 });
+    await assert.rejects(
+      handle.executeUpdate(hostSnapshotUpdate, {
+        args: [{ snapshot: s2, sig: sign(stranger, SignDomain.Snapshot, s2) }],
+      }),
+      causeMatches(/does not verify/),
+    );
+  });
+
+  it('Forged and replayed reports: signed by another host, tampered, or for a superseded lease: rejected', async () => {
+    f = await startFleet('forged-report');
+    await f.addHost('A', [{ deviceId: 'a1' }]);
+    const credA = await f.enroll('A');
+    const credB = await f.enroll('B');
+    const { taskId } = await f.fleet.submit({ goal: 'long [sim outcome=hang duration=200]' });
+    const t = await f.waitForStatus(taskId, 'running');
+    const cur = t.current!;
+    const handle = f.client.workflow.getHandle(taskWorkflowId(taskId));
+    const base = {
+      taskId,
+      attempt: cur.attempt,
+      leaseId: cur.leaseId,
+      hostId: cur.hostId,
+      kind: 'progress' as const,
+      at: Date.now(),
+    };
+    const rejectedAs = (type: string) => (err: unknown) =>
+      err instanceof WorkflowUpdateFailedError &&
+      err.cause?.name === 'ApplicationFailure' &&
+      (err.cause as { type?: string }).type === type;
+    await assert.rejects(
+      handle.executeUpdate(reportAttemptUpdate, { args: [signReport(credB, { ...base, seq: 900, message: 'by B' })] }),
+      rejectedAs('BadSignature'),
+    );
+    const tampered = { ...signReport(credA, { ...base, seq: 901, message: 'genuine' }), message: 'tampered' };
+    await assert.rejects(handle.executeUpdate(reportAttemptUpdate, { args: [tampered] }), rejectedAs('BadSignature'));
+    await assert.rejects(
+      handle.executeUpdate(reportAttemptUpdate, {
+        args: [signReport(credA, { ...base, leaseId: 'older-lease', seq: 902, message: 'stale' })],
+      }),
+      rejectedAs('StaleLease'),
+    );
+    const now = await f.fleet.get(taskId);
+    assert.ok(!['by B', 'tampered', 'stale'].includes(now.progress?.message ?? ''));
+    await f.fleet.cancel(taskId);
+  });
+
+  it("B's worker on A's queue cannot read or complete A's task; the task retries and completes through A", async () => {
+    f = await startFleet('rogue');
+    const a = await f.spawnHost('A', ['a1'], { hostTimeoutMs: 60_000 });
+    await eventually(async () => ((await f!.scheduler()).devices.length === 1 ? true : undefined), 'A online');
+    const credB = await f.enroll('B');
+    a.pause(); // A cannot poll: only the rogue worker can take the attempt
+    let rogueRan = 0;
+    const env = testEnv();
+    const rogue = await Worker.create({
+      connection: env.nativeConnection,
+      namespace: env.namespace ?? 'default',
+      taskQueue: hostTaskQueue(f.hostId('A')),
+      dataConverter: { payloadCodecs: [createHostCodec(credB.hostId, credB.boxKey)] },
+      activities: {
+        async runAssignment() {
+          rogueRan++;
+          return {
+            outcome: { status: 'done', retryable: false, claimedAt: 0, finishedAt: 0, lastProgressSeq: 0 },
+            sig: '00',
+          };
+        },
+      },
+    });
+    const { taskId } = await f.fleet.submit({ goal: 'secret goal text 7f3a [sim duration=100]' });
+    const afterRogue = await rogue.runUntil(() =>
+      f!.waitFor(
+        taskId,
+        (t) => t.attempts.length >= 1 && t.attempts[0].outcome !== undefined,
+        'attempt 1 taken by the rogue',
+      ),
+    );
+    assert.equal(rogueRan, 0, 'the rogue could not even decode the sealed assignment');
+    assert.equal(afterRogue.attempts[0].outcome, 'retryable_failure');
+    a.resume();
+    const done = await f.waitForStatus(taskId, 'done', 30_000);
+    assert.equal(done.attempts.at(-1)?.hostId, f.hostId('A'));
+    assert.match(done.result?.output ?? '', /simulated run on a1/);
+    // The task's payload is sealed in history: the goal text is nowhere in clear.
+    const { events } = await f.client.workflow.getHandle(taskWorkflowId(taskId)).fetchHistory();
+    const scheduled = events!.filter((e) => e.activityTaskScheduledEventAttributes);
+    assert.ok(scheduled.length >= 2);
+    for (const e of scheduled) {
+      const p = e.activityTaskScheduledEventAttributes!.input!.payloads![0];
+      assert.equal(Buffer.from(p.metadata!.encoding!).toString(), SEALED_ENCODING);
+      assert.ok(!Buffer.from(p.data!).toString('latin1').includes('secret goal text 7f3a'));
+    }
+  });
+});
