@@ -171,10 +171,13 @@ export class FleetClient {
       args: [input],
       workflowIdConflictPolicy: 'USE_EXISTING',
       workflowIdReusePolicy: reuse,
+      // Everything the workflow would publish at start, so it starts without an upsert of its own.
       typedSearchAttributes: [
         { key: FleetKind, value: 'task' },
         { key: FleetStatus, value: 'queued' },
         { key: FleetPool, value: input.pool },
+        { key: FleetAttempt, value: 0 },
+        ...(input.constraints.driverType ? [{ key: FleetDriverType, value: input.constraints.driverType }] : []),
       ],
       staticSummary:
         input.work.kind === 'goal' ? `goal: ${input.work.goal.slice(0, 200)}` : `workflow: ${input.work.definition}`,
@@ -230,7 +233,6 @@ export class FleetClient {
       });
       if (out.length >= (filter.limit ?? 1000)) break;
     }
-    void FleetDriverType;
     return out;
   }
 }

@@ -35,6 +35,8 @@ export interface HostActivityDeps {
   devices(): ReadonlyMap<string, DeviceSnapshot>;
   /** Minimum spacing of progress reports sent to the task (heartbeats carry every line). */
   progressIntervalMs: number;
+  /** How long the claim waits to ride on the `started` report before it is sent on its own (default 1 s). */
+  claimReportDelayMs?: number;
   /**
    * Takes the device for one assignment; false when a previous assignment's runner is still on it
    * (e.g. its lease was lost but it has not stopped yet). `releaseDevice` gives it back.
@@ -107,7 +109,7 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
       async function run(onDevice: DeviceSnapshot): Promise<SignedRunOutcome> {
         const task = deps.client.workflow.getHandle(ctx.info.workflowExecution!.workflowId);
         /** Reports are signed, best effort, and never block the run for long: the result is authoritative. */
-        const report = (r: Pick<AttemptReport, 'kind' | 'at' | 'seq' | 'message'>) => {
+        const report = (r: Pick<AttemptReport, 'kind' | 'at' | 'seq' | 'message' | 'claimedAt'>) => {
           const body = { ...r, taskId: a.taskId, attempt: a.attempt, leaseId: a.leaseId, hostId };
           const full: AttemptReport = { ...body, sig: sign(deps.credential, SignDomain.Report, body) };
           return withTimeout(
@@ -117,34 +119,43 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
         };
 
         log('assignment claimed', { taskId: a.taskId, attempt: a.attempt, deviceId: a.deviceId });
-        // Claim: the task moves to `dispatched`. A rejected claim means our lease was superseded.
-        try {
-          await report({ kind: 'claimed', at: claimedAt });
-        } catch (err) {
-          if (isStale(err))
-            throw ApplicationFailure.nonRetryable('lease superseded before the claim', ErrorType.StaleLease);
-          log('claim report not confirmed; running anyway', { error: String(err) });
-        }
-
+        // A report refused as stale means our lease was superseded: stop the runner.
+        const superseded = new AbortController();
+        const signal = AbortSignal.any([ctx.cancellationSignal, superseded.signal]);
+        const reports: Promise<unknown>[] = [];
+        const send = (r: Pick<AttemptReport, 'kind' | 'at' | 'seq' | 'message' | 'claimedAt'>) =>
+          reports.push(
+            report(r).catch((err) => {
+              if (isStale(err)) superseded.abort(new Error('lease superseded'));
+            }),
+          );
         let startedAt: number | undefined;
+        // The claim (`dispatched`) is reported on its own only if the runner has not started within
+        // claimReportDelayMs; usually it rides on the `started` report: one message instead of two.
+        let claimReported = false;
+        const claimTimer = setTimeout(() => {
+          if (startedAt !== undefined) return;
+          claimReported = true;
+          send({ kind: 'claimed', at: claimedAt });
+        }, deps.claimReportDelayMs ?? 1_000);
         let sentSeq = 0;
         let progressTimer: NodeJS.Timeout | undefined;
-        const reports: Promise<unknown>[] = [];
         const sendProgress = () => {
           progressTimer = undefined;
           if (seq === sentSeq) return;
           sentSeq = seq;
-          reports.push(report({ kind: 'progress', at: Date.now(), seq, message: lastMessage }).catch(() => undefined));
+          send({ kind: 'progress', at: Date.now(), seq, message: lastMessage });
         };
         const runCtx = {
           taskId: a.taskId,
           attempt: a.attempt,
           device: onDevice,
-          signal: ctx.cancellationSignal,
+          signal,
           started: () => {
             if (startedAt !== undefined) return;
             startedAt = Date.now();
-            reports.push(report({ kind: 'started', at: startedAt }).catch(() => undefined));
+            clearTimeout(claimTimer);
+            send({ kind: 'started', at: startedAt, ...(claimReported ? {} : { claimedAt }) });
           },
           progress: (message: string) => {
             seq++;
@@ -161,11 +172,14 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
               ? await deps.runners.goal.runGoal(a.work.goal, runCtx)
               : await deps.runners.workflow.runDefinition({ name: a.work.definition, steps: a.work.steps }, runCtx);
         } catch (err) {
+          if (superseded.signal.aborted)
+            throw ApplicationFailure.nonRetryable('lease superseded', ErrorType.StaleLease);
           if (ctx.cancellationSignal.aborted)
             throw new CancelledFailure(`run stopped: ${String(ctx.cancellationSignal.reason)}`);
           if (err instanceof UnknownDefinitionError) return refuse(Reason.UnknownDefinition, err.message, false, false);
           return refuse(Reason.RunnerFailed, `runner crashed: ${(err as Error)?.message ?? String(err)}`, false);
         } finally {
+          clearTimeout(claimTimer);
           if (progressTimer) clearTimeout(progressTimer);
         }
         if (ctx.cancellationSignal.aborted)

@@ -67,16 +67,36 @@ describe('host activity (unit)', () => {
     const { runAssignment } = createHostActivities(deps({}, reports));
     const out = verified(await env().run(runAssignment, assignment()));
     assert.equal(out.status, 'done');
-    assert.deepEqual(
-      reports.slice(0, 2).map((r) => r.kind),
-      ['claimed', 'started'],
-    );
+    // The runner started at once, so the claim rode on the `started` report (one message, not two).
+    assert.equal(reports[0].kind, 'started');
+    assert.ok(reports[0].claimedAt! <= reports[0].at);
+    assert.ok(!reports.some((r) => r.kind === 'claimed'));
     const seqs = reports.filter((r) => r.kind === 'progress').map((r) => r.seq!);
     assert.ok(seqs.length > 0 && seqs.every((s, i) => i === 0 || s > seqs[i - 1]));
     for (const { sig, ...body } of reports) {
       assert.equal(body.leaseId, 'lease-1');
       assert.ok(verifySignature(SignDomain.Report, body, sig, keys.signing));
     }
+  });
+
+  it('reports the claim on its own when the runner is slow to start', async () => {
+    const reports: AttemptReport[] = [];
+    const slowStart = createSimRunners({ defaultDurationMs: 20 });
+    const runners = {
+      ...slowStart,
+      goal: {
+        runGoal: async (goal: string, ctx: Parameters<typeof slowStart.goal.runGoal>[1]) => {
+          await new Promise((r) => setTimeout(r, 300));
+          return slowStart.goal.runGoal(goal, ctx);
+        },
+      },
+    };
+    const { runAssignment } = createHostActivities({ ...deps({ runners }, reports), claimReportDelayMs: 50 });
+    verified(await env().run(runAssignment, assignment()));
+    assert.deepEqual(
+      reports.slice(0, 2).map((r) => r.kind),
+      ['claimed', 'started'],
+    );
   });
 
   it('a signature does not survive tampering with the outcome', async () => {

@@ -1,10 +1,12 @@
 /**
  * device/<hostId>/<deviceId>: the single authority on who holds one device. It accepts a
- * reservation only when free, refuses a second holder, ignores releases of any lease but the
- * current one, and frees itself at the reservation's hold deadline so nothing stays reserved forever.
+ * reservation only when free, refuses a second holder, and ignores releases of any lease but the
+ * current one, so nothing but the holder (or the hold deadline) frees it.
  *
  * Audit trail (what the invariant checker reads): each accepted reservation is the `assignment`
  * signal this workflow sends to the task; each end is the `deviceReleased` signal it sends to the scheduler.
+ * A hold past its deadline (nobody released it: the task was terminated, a signal was lost) is freed
+ * when the scheduler's sweep says so; the device checks the deadline itself before it lets go.
  */
 import {
   allHandlersFinished,
@@ -22,6 +24,7 @@ import {
   assignmentSignal,
   deviceReleasedSignal,
   deviceStateQuery,
+  expireHoldSignal,
   releaseDeviceSignal,
   reservationRefusedSignal,
   reserveDeviceSignal,
@@ -133,23 +136,19 @@ export async function deviceWorkflow(input: DeviceInput): Promise<never> {
     );
   });
 
+  setHandler(expireHoldSignal, ({ leaseId }) => {
+    const cur = view.current;
+    if (cur?.leaseId === leaseId && cur.expiresAt <= Date.now()) release(cur, 'hold_expired');
+  });
+
   setHandler(releaseDeviceSignal, ({ leaseId, reason }) => {
     if (view.current?.leaseId === leaseId) release(view.current, reason);
   });
 
   describe();
-  while (!shouldContinueAsNew(input.historyLimit)) {
-    const cur = view.current;
-    if (cur) {
-      const ended = await condition(
-        () => view.current !== cur || shouldContinueAsNew(input.historyLimit),
-        Math.max(1, cur.expiresAt - Date.now()),
-      );
-      if (!ended) release(cur, 'hold_expired');
-    } else {
-      await condition(() => view.current !== undefined || shouldContinueAsNew(input.historyLimit));
-    }
-  }
+  // No timer of its own (a timer per reservation is a billed action per task): the pool's scheduler
+  // sweeps its holds and sends expireHold for any past its deadline.
+  await condition(() => shouldContinueAsNew(input.historyLimit));
   await condition(() => inFlight === 0 && allHandlersFinished());
   const { hostId: _h, deviceId: _d, ...carried } = view;
   return await continueAsNew<typeof deviceWorkflow>({ hostId, deviceId, historyLimit: input.historyLimit, carried });

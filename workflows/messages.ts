@@ -118,6 +118,8 @@ export interface DeviceView {
   refusedPools: string[];
 }
 export const reserveDeviceSignal = defineSignal<[ReservationRequest]>('reserveDevice');
+/** Scheduler -> device: the hold of this lease is past its deadline; free the device if it still holds it. */
+export const expireHoldSignal = defineSignal<[{ leaseId: string }]>('expireHold');
 export const releaseDeviceSignal = defineSignal<[{ leaseId: string; reason: string }]>('releaseDevice');
 export const deviceStateQuery = defineQuery<DeviceView>('deviceState');
 

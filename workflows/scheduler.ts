@@ -25,6 +25,7 @@ import {
   configureSchedulerUpdate,
   dequeueTaskSignal,
   deviceReleasedSignal,
+  expireHoldSignal,
   enqueueTaskSignal,
   hostDevicesSignal,
   reservationRefusedSignal,
@@ -115,6 +116,8 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   /** Set once the run decided to continue-as-new: from then on nothing new is sent, only carried. */
   let draining = false;
   const deferredReplies: Array<{ taskId: string; admission: Admission }> = [];
+  /** Tasks admitted since the last round and not yet told so. */
+  const unanswered = new Set<string>();
 
   upsertSearchAttributes([
     { key: FleetKind, value: 'scheduler' },
@@ -212,7 +215,9 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     });
     if (req.first) {
       counters.admitted++;
-      reply(req.taskId, { accepted: true });
+      // Answered after the next round, and only if that round did not assign it a device: the
+      // device's assignment tells the task it was admitted (one message instead of two).
+      unanswered.add(req.taskId);
     }
     dirty = true;
   });
@@ -267,6 +272,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
       });
     } else held.delete(k);
     if (h.task && queueIndex(h.task.taskId) < 0) insert(h.task);
+    if (h.task?.attempt === 1) reply(h.task.taskId, { accepted: true }); // it may never have heard
     dirty = true;
   });
 
@@ -282,6 +288,16 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   const dropExpiredHolds = (now: number): void => {
     for (const [k, h] of held) {
       if (h.until < now) {
+        if (h.task) {
+          const slash = k.indexOf('/'); // host ids cannot contain '/' (ids.ts)
+          send(
+            getExternalWorkflowHandle(deviceWorkflowId(k.slice(0, slash), k.slice(slash + 1))).signal(
+              expireHoldSignal,
+              { leaseId: h.leaseId },
+            ),
+            (err) => log.warn('could not expire a hold', { device: k, error: String(err) }),
+          );
+        }
         log.warn('hold expired without a release; the device workflow decides from here', {
           device: k,
           leaseId: h.leaseId,
@@ -291,14 +307,15 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     }
   };
 
-  const assignRound = (): void => {
-    if (queue.length === 0) return;
-    dropExpiredHolds(Date.now());
+  /** One matching round; returns the ids of the tasks it assigned. */
+  const assignRound = (): Set<string> => {
+    const none = new Set<string>();
+    if (queue.length === 0) return none;
     const free: PoolDevice[] = [];
     for (const [k, d] of devices) if (assignable(k, d)) free.push(d);
-    if (free.length === 0) return;
+    if (free.length === 0) return none;
     const pairs = getStrategy(config.strategy).assign(queue, free, { now: Date.now(), agingMs: config.agingMs });
-    if (pairs.length === 0) return;
+    if (pairs.length === 0) return none;
     const taken = new Set(pairs.map((p) => p.task.taskId));
     for (let i = queue.length - 1; i >= 0; i--) if (taken.has(queue[i].taskId)) queue.splice(i, 1);
     for (const { task, device } of pairs) {
@@ -328,17 +345,20 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
           const d = devices.get(k);
           if (d) d.state = 'offline';
           if (queueIndex(task.taskId) < 0) insert(task);
+          if (task.attempt === 1) reply(task.taskId, { accepted: true });
           dirty = true;
         },
       );
     }
+    return taken;
   };
 
   // A coarse sweep so an expired hold frees its device even in a pool where nothing else happens.
   void (async () => {
     for (;;) {
       await sleep(HOLD_SWEEP_MS);
-      if (held.size > 0 && queue.length > 0) dirty = true;
+      const now = Date.now();
+      if ([...held.values()].some((h) => h.until < now)) dirty = true;
     }
   })();
 
@@ -346,7 +366,10 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     await condition(() => dirty || shouldContinueAsNew(input.historyLimit));
     if (shouldContinueAsNew(input.historyLimit)) break;
     dirty = false;
-    assignRound();
+    dropExpiredHolds(Date.now());
+    const assigned = assignRound();
+    for (const taskId of unanswered) if (!assigned.has(taskId)) reply(taskId, { accepted: true });
+    unanswered.clear();
     setCurrentDetails(
       `pool **${pool}** · ${config.strategy} · queued ${queue.length}/${config.maxQueueDepth} · devices ${devices.size} · held ${held.size}`,
     );
@@ -354,6 +377,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
 
   // Stop sending (late answers are carried), then wait only for what is already on its way.
   draining = true;
+  for (const taskId of unanswered) reply(taskId, { accepted: true });
   await condition(() => inFlight === 0 && allHandlersFinished());
   return await continueAsNew<typeof schedulerWorkflow>({
     pool,

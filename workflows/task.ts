@@ -170,6 +170,8 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
     admission ??= a;
   });
   setHandler(assignmentSignal, (a) => {
+    // The scheduler skips the admission answer when it assigns a device in the same step.
+    if (a.attempt === 1) admission ??= { accepted: true };
     if (a.attempt === awaitingAttempt && assignment === undefined && !state.cancelRequested) {
       assignment = a;
     } else if (!(state.current && state.current.leaseId === a.leaseId)) {
@@ -468,7 +470,7 @@ export function applyReport(state: TaskView, r: AttemptReport): void {
     cur.claimedAt ??= r.at;
     if (rank[state.status] < rank.dispatched) state.status = 'dispatched';
   } else if (r.kind === 'started') {
-    cur.claimedAt ??= r.at;
+    cur.claimedAt ??= r.claimedAt ?? r.at;
     cur.startedAt ??= r.at;
     if (rank[state.status] < rank.running) state.status = 'running';
   } else if (r.kind === 'progress') {
@@ -506,7 +508,8 @@ function publish(state: TaskView): void {
         ]
       : []),
   ];
-  const changed = wanted.filter((p) => current.get(p.key) !== p.value);
+  // `dispatched` is transient (claim and start are usually one report): not worth an upsert of its own.
+  const changed = state.status === 'dispatched' ? [] : wanted.filter((p) => current.get(p.key) !== p.value);
   if (changed.length > 0) upsertSearchAttributes(changed);
   const what = state.work.kind === 'goal' ? `goal: ${state.work.goal}` : `workflow: ${state.work.definition}`;
   const where = cur ? `${cur.hostId}/${cur.deviceId} (attempt ${cur.attempt})` : 'no device yet';

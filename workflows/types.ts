@@ -252,6 +252,8 @@ export interface AttemptReport {
   at: number;
   seq?: number;
   message?: string;
+  /** On a `started` report that stands for the claim too: when the host claimed the attempt. */
+  claimedAt?: number;
   /** Ed25519 signature by the host over the report without `sig` (domain fleet.report.v1). */
   sig: string;
 }
