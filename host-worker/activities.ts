@@ -21,6 +21,7 @@ import type {
   SignedRunOutcome,
 } from '../workflows/types';
 import { sign, type HostCredential } from './identity';
+import type { Journal } from './journal';
 import { UnknownDefinitionError, type RunResult, type Runners } from './runners';
 
 export interface HostActivities {
@@ -43,6 +44,8 @@ export interface HostActivityDeps {
    */
   claimDevice(deviceId: string): boolean;
   releaseDevice(deviceId: string): void;
+  /** Active assignments persisted before work starts (seed 004 journal); removed when the attempt ends. */
+  journal?: Pick<Journal, 'add' | 'remove'>;
   log?(message: string, fields: Record<string, unknown>): void;
 }
 
@@ -100,10 +103,23 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
       heartbeat();
       const renew = setInterval(heartbeat, Math.max(100, Math.floor(a.leaseTimeoutMs / 3)));
       try {
+        await deps.journal?.add({
+          taskId: a.taskId,
+          attempt: a.attempt,
+          leaseId: a.leaseId,
+          deviceId: a.deviceId,
+          startedAt: claimedAt,
+          workflowId: ctx.info.workflowExecution!.workflowId,
+          runId: ctx.info.workflowExecution!.runId,
+          activityId: ctx.info.activityId,
+        });
         return await run(device);
       } finally {
         clearInterval(renew);
         deps.releaseDevice(a.deviceId);
+        await deps.journal
+          ?.remove(a.taskId, a.attempt)
+          .catch((err) => log('journal remove failed', { error: String(err) }));
       }
 
       async function run(onDevice: DeviceSnapshot): Promise<SignedRunOutcome> {

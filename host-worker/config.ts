@@ -1,48 +1,38 @@
-/** Host agent configuration (a JSON file): identity, pool, timings, and the device driver. */
+/** Host agent configuration (a JSON file): identity, pool, timings, device driver, runner, journal. */
 import { readFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
 import { z } from 'zod';
 import { DEFAULT_POOL, ID_RULE, isValidId } from '../workflows/ids';
+import { DefinitionsConfigSchema, DriverConfigSchema, RunnerConfigSchema } from './config-schemas';
 
 const id = z.string().refine(isValidId, { message: ID_RULE });
 
-export const SimDeviceSchema = z.object({
-  deviceId: id,
-  driverType: z.string().min(1).default('sim'),
-  tags: z.array(z.string().min(1)).default([]),
-  health: z.enum(['good', 'unhealthy', 'maintenance']).default('good'),
-  state: z.enum(['idle', 'busy', 'offline']).default('idle'),
-  pool: id.optional(),
-});
-
 export const HostConfigSchema = z.object({
   hostId: id,
-  /** The credential file issued by `npm run hosts:add` (private keys; keep it 0600). */
+  /** The credential file issued by `npm run hosts:add` (private keys; keep it 0600). Relative to this file. */
   credentialFile: z.string().min(1),
   pool: id.default(DEFAULT_POOL),
+  /** How often devices are discovered and the signed snapshot sent. */
   snapshotIntervalMs: z.number().int().positive().default(10_000),
   progressIntervalMs: z.number().int().positive().default(5_000),
-  driver: z.object({
-    type: z.literal('sim'),
-    devices: z.array(SimDeviceSchema).default([]),
-    defaultDurationMs: z.number().int().nonnegative().default(1_000),
-    defaultOutcome: z.enum(['done', 'fail', 'fail-retryable', 'hang']).default('done'),
-  }),
-  definitions: z
-    .record(
-      id,
-      z.array(
-        z.object({
-          name: z.string().min(1),
-          command: z.array(z.string()).min(1),
-          timeoutMs: z.number().int().positive().optional(),
-        }),
-      ),
-    )
-    .default({}),
+  driver: DriverConfigSchema,
+  /** Default: the simulated runner (with the sim driver's duration/outcome). */
+  runner: RunnerConfigSchema.optional(),
+  /** Workflow definitions this host can run by name. */
+  definitions: DefinitionsConfigSchema.default({}),
+  /** Active assignments journal (0600). Relative to this file; default `<hostId>.journal.json` beside it. */
+  journalFile: z.string().min(1).optional(),
 });
 export type HostConfig = z.infer<typeof HostConfigSchema>;
+export type HostConfigInput = z.input<typeof HostConfigSchema>;
 
-export function loadHostConfig(path: string): HostConfig {
+export interface LoadedHostConfig extends HostConfig {
+  /** Absolute paths, resolved against the config file's folder. */
+  credentialPath: string;
+  journalPath: string;
+}
+
+export function loadHostConfig(path: string): LoadedHostConfig {
   let raw: unknown;
   try {
     raw = JSON.parse(readFileSync(path, 'utf8'));
@@ -55,5 +45,10 @@ export function loadHostConfig(path: string): HostConfig {
       `invalid host config ${path}:\n  ${r.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('\n  ')}`,
     );
   }
-  return r.data;
+  const dir = dirname(resolve(path));
+  return {
+    ...r.data,
+    credentialPath: resolve(dir, r.data.credentialFile),
+    journalPath: resolve(dir, r.data.journalFile ?? `${r.data.hostId}.journal.json`),
+  };
 }

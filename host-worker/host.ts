@@ -9,9 +9,13 @@ import { DEFAULT_POOL, hostTaskQueue, hostWorkflowId } from '../workflows/ids';
 import { createHostCodec } from '../control-plane/sealing';
 import { SignDomain } from '../workflows/identity';
 import { hostSnapshotUpdate } from '../workflows/messages';
-import type { DeviceSnapshot, HostSnapshot, WorkflowStep } from '../workflows/types';
+import { Reason } from '../workflows/errors';
+import type { DeviceSnapshot, HostSnapshot, RunOutcome, WorkflowStep } from '../workflows/types';
 import { createHostActivities } from './activities';
 import { sign, type HostCredential } from './identity';
+import { terminateProcessGroup } from './command-runner';
+import type { DeviceDriver } from './drivers';
+import type { Journal } from './journal';
 import type { Runners } from './runners';
 import { createSimRunners } from './sim';
 
@@ -23,7 +27,11 @@ export interface HostOptions {
   /** Used by the worker (polling) and by the client (snapshots, reports). */
   workerConnection: NativeConnection;
   clientConnection: ConnectionLike;
-  devices: DeviceSnapshot[];
+  /** Static devices, or a driver whose discover() runs before every snapshot. */
+  devices?: DeviceSnapshot[];
+  driver?: DeviceDriver;
+  /** Persisted active assignments; on start, whatever the last process left is reported failed at once. */
+  journal?: Journal;
   runners?: Runners;
   definitions?: Map<string, WorkflowStep[]>;
   snapshotIntervalMs?: number;
@@ -51,7 +59,9 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
   const snapshotIntervalMs = opts.snapshotIntervalMs ?? 10_000;
   const bootId = randomUUID();
   const client = new Client({ connection: opts.clientConnection, namespace });
-  let devices = new Map(opts.devices.map((d) => [d.deviceId, d]));
+  const discover = async () => (opts.driver ? await opts.driver.discover() : (opts.devices ?? []));
+  let devices = new Map((await discover()).map((d) => [d.deviceId, d]));
+  if (opts.journal) await reconcileJournal(opts.journal, opts.credential, client, opts.log);
   const busy = new Set<string>();
   let seq = 0;
 
@@ -73,9 +83,10 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
         return true;
       },
       releaseDevice: (deviceId) => busy.delete(deviceId),
+      journal: opts.journal,
       log: opts.log,
     }),
-    maxConcurrentActivityTaskExecutions: opts.maxConcurrentAssignments ?? Math.max(1, opts.devices.length),
+    maxConcurrentActivityTaskExecutions: opts.maxConcurrentAssignments ?? Math.max(1, devices.size),
     identity: `host:${hostId}:${bootId.slice(0, 8)}`,
     shutdownGraceTime: '5s',
   });
@@ -95,17 +106,25 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
   /** Signed with the host's key; the host workflow (created by enrolment) refuses anything else. */
   const sendSnapshot = async (): Promise<void> => {
     const s = snapshot();
-    await client.workflow
-      .getHandle(hostWorkflowId(hostId))
-      .executeUpdate(hostSnapshotUpdate, {
-        args: [{ snapshot: s, sig: sign(opts.credential, SignDomain.Snapshot, s) }],
-      });
+    await client.workflow.getHandle(hostWorkflowId(hostId)).executeUpdate(hostSnapshotUpdate, {
+      args: [{ snapshot: s, sig: sign(opts.credential, SignDomain.Snapshot, s) }],
+    });
   };
 
   const running = worker.run();
   await sendSnapshot();
+  // Single flight: while the control plane cannot answer (restarting, server down), snapshots must
+  // not pile up as in-flight updates on the host workflow; the next tick sends a fresh one.
+  let inFlight = false;
   const loop = setInterval(() => {
-    sendSnapshot().catch((err) => opts.log?.('snapshot failed; will retry', { error: String(err) }));
+    if (inFlight) return;
+    inFlight = true;
+    (async () => {
+      if (opts.driver) devices = new Map((await discover()).map((d) => [d.deviceId, d]));
+      await sendSnapshot();
+    })()
+      .catch((err) => opts.log?.('snapshot failed; will retry', { error: String(err) }))
+      .finally(() => (inFlight = false));
   }, snapshotIntervalMs);
 
   let stopped: Promise<void> | undefined;
@@ -126,4 +145,53 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
       return stopped;
     },
   };
+}
+
+/**
+ * What the previous process of this host left in its journal never finished here: stop whatever it
+ * left running, and report each attempt failed (retryable, signed) at once, so the task retries now
+ * instead of after its lease expires.
+ */
+export async function reconcileJournal(
+  journal: Journal,
+  credential: HostCredential,
+  client: Client,
+  log?: (message: string, fields: Record<string, unknown>) => void,
+): Promise<number> {
+  let reported = 0;
+  for (const e of journal.entries()) {
+    if (e.pid) await terminateProcessGroup(e.pid, 2_000).catch(() => undefined);
+    if (e.workflowId && e.activityId) {
+      const now = Date.now();
+      const outcome: RunOutcome = {
+        status: 'failed',
+        retryable: true,
+        reason: Reason.HostRestarted,
+        message: `host ${credential.hostId} restarted while the attempt ran`,
+        claimedAt: e.startedAt,
+        finishedAt: now,
+        lastProgressSeq: 0,
+      };
+      const sig = sign(credential, SignDomain.Result, {
+        taskId: e.taskId,
+        attempt: e.attempt,
+        leaseId: e.leaseId,
+        hostId: credential.hostId,
+        outcome,
+      });
+      try {
+        await client.activity.complete(
+          { workflowId: e.workflowId, runId: e.runId, activityId: e.activityId },
+          { outcome, sig },
+        );
+        reported++;
+        log?.('reported an interrupted attempt failed', { taskId: e.taskId, attempt: e.attempt });
+      } catch (err) {
+        // Already timed out or completed: nothing to report.
+        log?.('interrupted attempt already closed', { taskId: e.taskId, attempt: e.attempt, error: String(err) });
+      }
+    }
+    await journal.remove(e.taskId, e.attempt);
+  }
+  return reported;
 }

@@ -1,47 +1,65 @@
 /**
  * `npm run host -- --config host.json`: runs one host agent. It needs only the Temporal address
- * (standard TEMPORAL_* environment variables) and opens no listening socket.
+ * (standard TEMPORAL_* environment variables) and its credential, and opens no listening socket.
  */
 import { parseArgs } from 'node:util';
 import { connectClient, connectWorker, temporalSettingsFromEnv } from '../control-plane/connection';
-import { dirname, resolve } from 'node:path';
 import { loadHostConfig } from './config';
-import { loadHostCredential } from './identity';
+import { createDriver, createRunners } from './factory';
 import { startHost } from './host';
-import { createSimRunners, simDevices } from './sim';
+import { loadHostCredential } from './identity';
+import { Journal } from './journal';
 
 async function main(): Promise<void> {
   const { values } = parseArgs({ options: { config: { type: 'string', short: 'c' } } });
   const path = values.config ?? process.env.FLEET_HOST_CONFIG;
   if (!path) throw new Error('usage: npm run host -- --config <host.json>   (or FLEET_HOST_CONFIG=<file>)');
   const config = loadHostConfig(path);
+  const credential = loadHostCredential(config.credentialPath);
+  if (credential.hostId !== config.hostId) {
+    throw new Error(`credential ${config.credentialFile} is for host ${credential.hostId}, not ${config.hostId}`);
+  }
+  // A corrupt journal stops the host here, with the file named: nothing is silently forgotten.
+  const journal = await Journal.open(config.journalPath);
   const settings = temporalSettingsFromEnv();
   const workerConnection = await connectWorker(settings);
   const client = await connectClient(settings);
   const log = (message: string, fields: Record<string, unknown>) =>
-    console.log(JSON.stringify({ level: 'info', hostId: config.hostId, message, ...fields }));
-  const definitions = new Map(Object.entries(config.definitions));
-  const credential = loadHostCredential(resolve(dirname(path), config.credentialFile));
-  if (credential.hostId !== config.hostId) {
-    throw new Error(`credential ${config.credentialFile} is for host ${credential.hostId}, not ${config.hostId}`);
-  }
+    console.log(
+      JSON.stringify({ time: new Date().toISOString(), level: 'info', hostId: config.hostId, message, ...fields }),
+    );
+  const simDefaults =
+    config.driver.type === 'sim'
+      ? { defaultDurationMs: config.driver.defaultDurationMs, defaultOutcome: config.driver.defaultOutcome }
+      : undefined;
+  const runners = createRunners(config.runner ?? { type: 'sim' }, config.definitions, {
+    simDefaults,
+    // Record the runner's process group, so a restarted host can stop what it left behind.
+    onSpawn: (pid, ctx) => {
+      const entry = journal.entries().find((e) => e.taskId === ctx.taskId && e.attempt === ctx.attempt);
+      if (entry)
+        void journal.add({ ...entry, pid }).catch((err) => log('journal pid not recorded', { error: String(err) }));
+    },
+  });
   const host = await startHost({
     credential,
     pool: config.pool,
     namespace: settings.namespace,
     workerConnection,
     clientConnection: client.connection,
-    devices: simDevices(config.driver.devices),
-    runners: createSimRunners({
-      defaultDurationMs: config.driver.defaultDurationMs,
-      defaultOutcome: config.driver.defaultOutcome,
-      definitions,
-    }),
+    driver: createDriver(config.driver),
+    journal,
+    runners,
+    definitions: new Map(Object.entries(config.definitions)),
     snapshotIntervalMs: config.snapshotIntervalMs,
     progressIntervalMs: config.progressIntervalMs,
     log,
   });
-  log('host started', { taskQueue: `fleet.host.${config.hostId}`, devices: config.driver.devices.length });
+  log('host started', {
+    taskQueue: `fleet.host.${config.hostId}`,
+    driver: config.driver.type,
+    journal: config.journalPath,
+  });
   const stop = () => {
     log('stopping', {});
     host.stop().then(
@@ -54,6 +72,6 @@ async function main(): Promise<void> {
 }
 
 main().catch((err) => {
-  console.error(err instanceof Error ? err.message : err);
+  console.error(err instanceof Error ? `${err.name}: ${err.message}` : err);
   process.exit(1);
 });

@@ -3,7 +3,8 @@
  * health, drain, and outbound-only operation.
  */
 import assert from 'node:assert/strict';
-import { readFileSync, readdirSync, readlinkSync } from 'node:fs';
+import { readFileSync, readdirSync, readlinkSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { hostWorkflowId } from '../workflows/ids';
 import { hostStateQuery, setDeviceDrainSignal, setHostDrainSignal } from '../workflows/messages';
 import { eventually, startFleet, type Fleet } from './helpers/fleet';
@@ -23,7 +24,7 @@ function listeningSockets(pid: number): string[] {
   }
   const listening: string[] = [];
   for (const table of ['tcp', 'tcp6', 'udp', 'udp6']) {
-    let lines: string[] = [];
+    let lines: string[];
     try {
       lines = readFileSync(`/proc/${pid}/net/${table}`, 'utf8').trim().split('\n').slice(1);
     } catch {
@@ -31,7 +32,7 @@ function listeningSockets(pid: number): string[] {
     }
     for (const line of lines) {
       const cols = line.trim().split(/\s+/);
-      const [local, state, inode] = [cols[1], cols[3], cols[9]];
+      const [local, state, inode] = [cols[1], cols[3], cols[9]] as const;
       const isListen = table.startsWith('tcp') ? state === '0A' : true;
       if (isListen && inodes.has(inode)) listening.push(`${table} ${local}`);
     }
@@ -138,5 +139,51 @@ describe('host agent (seed 002)', () => {
     } finally {
       server.close();
     }
+  });
+});
+
+describe('host journal and restart (seed 004)', () => {
+  let f: Fleet | undefined;
+  afterEach(async () => {
+    await f?.stop();
+    f = undefined;
+  });
+
+  it('On host restart, an attempt whose process is gone is reported failed (retryable) at once, not at lease expiry', async () => {
+    f = await startFleet('journal');
+    const first = await f.spawnHost('A', ['a1'], { hostTimeoutMs: 60_000 });
+    const { taskId } = await f.fleet.submit({
+      goal: 'long [sim outcome=hang duration=300]',
+      policy: { leaseTimeoutMs: 60_000 }, // waiting for the lease would take a minute
+    });
+    await f.waitForStatus(taskId, 'running');
+    const journal = JSON.parse(
+      readFileSync(join(dirname(f.hostConfigPath('A')!), `${f.hostId('A')}.journal.json`), 'utf8'),
+    );
+    assert.equal(journal.entries.length, 1, 'the active assignment was journaled before it ran');
+    assert.equal(journal.entries[0].taskId, taskId);
+    first.kill('SIGKILL');
+    const killedAt = Date.now();
+    await f.spawnHost('A', ['a1'], { restart: true });
+    const t = await f.waitFor(taskId, (v) => v.attempts[0]?.outcome !== undefined, 'attempt 1 ended', 30_000);
+    assert.ok(Date.now() - killedAt < 30_000, 'well before the 60 s lease');
+    assert.equal(t.attempts[0].outcome, 'retryable_failure');
+    assert.equal(t.attempts[0].reason, 'host_restarted');
+    await f.waitFor(taskId, (v) => v.status === 'running' && v.current?.attempt === 2, 'attempt 2 running');
+    await f.fleet.cancel(taskId);
+  });
+
+  it('A corrupt journal stops the host from starting with a clear error', async () => {
+    f = await startFleet('journal-corrupt');
+    const first = await f.spawnHost('A', ['a1']);
+    first.kill('SIGKILL');
+    await first.exited;
+    const path = join(dirname(f.hostConfigPath('A')!), `${f.hostId('A')}.journal.json`);
+    writeFileSync(path, '{"version": 1, "entries": [ {"taskId": ');
+    const again = await f.spawnHost('A', ['a1'], { restart: true, expectStart: false });
+    const code = await again.exited;
+    assert.notEqual(code, 0);
+    assert.match(again.output(), /JournalCorruptError: journal .*journal\.json is unreadable/);
+    assert.ok(!again.output().includes('host started'));
   });
 });

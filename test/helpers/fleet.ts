@@ -17,7 +17,13 @@ import {
 } from '../../control-plane/config';
 import { enrollHost } from '../../control-plane/hosts';
 import { createControlPlaneWorker, ensurePools } from '../../control-plane/worker';
-import { generateHostCredential, publicKeys, saveHostCredential, sign, type HostCredential } from '../../host-worker/identity';
+import {
+  generateHostCredential,
+  publicKeys,
+  saveHostCredential,
+  sign,
+  type HostCredential,
+} from '../../host-worker/identity';
 import { startHost, type HostAgent, type HostOptions } from '../../host-worker/host';
 import { simDevices, type SimDeviceSpec } from '../../host-worker/sim';
 import { SignDomain } from '../../workflows/identity';
@@ -62,8 +68,10 @@ export interface Fleet {
   spawnHost(
     name: string,
     deviceIds: string[],
-    opts?: { hostTimeoutMs?: number; snapshotIntervalMs?: number },
+    opts?: { hostTimeoutMs?: number; snapshotIntervalMs?: number; restart?: boolean; expectStart?: boolean },
   ): Promise<HostProcess>;
+  /** The config file of a host spawned as a process (its journal sits beside it). */
+  hostConfigPath(name: string): string | undefined;
   /** In-process: graceful worker shutdown; process: SIGKILL. */
   stopControlPlane(): Promise<void>;
   startControlPlane(): Promise<void>;
@@ -128,6 +136,7 @@ export async function startFleet(name: string, opts: FleetOptions = {}): Promise
   const hosts: HostAgent[] = [];
   const procs: HostProcess[] = [];
   const credentials = new Map<string, HostCredential>();
+  const hostConfigs = new Map<string, string>();
   let worker: Worker | undefined;
   let running: Promise<void> | undefined;
   let proc: HostProcess | undefined;
@@ -201,6 +210,13 @@ export async function startFleet(name: string, opts: FleetOptions = {}): Promise
     },
     async spawnHost(n, deviceIds, spawnOpts = {}) {
       const credential = await self.enroll(n, { hostTimeoutMs: spawnOpts.hostTimeoutMs ?? 1_500 });
+      const existing = hostConfigs.get(n);
+      if (existing && spawnOpts.restart) {
+        const again = spawnHostProcess({ configPath: existing });
+        procs.push(again);
+        if (spawnOpts.expectStart !== false) await again.waitForOutput('host started');
+        return again;
+      }
       const dir = mkdtempSync(join(tmpdir(), 'fleet-cred-'));
       const credentialFile = join(dir, 'credential.json');
       saveHostCredential(credentialFile, credential);
@@ -225,9 +241,11 @@ export async function startFleet(name: string, opts: FleetOptions = {}): Promise
         definitions: {},
       });
       procs.push(p);
+      hostConfigs.set(n, (p as HostProcess & { configPath: string }).configPath);
       await p.waitForOutput('host started');
       return p;
     },
+    hostConfigPath: (n) => hostConfigs.get(n),
     stopControlPlane,
     startControlPlane,
     scheduler: () => client.workflow.getHandle(schedulerWorkflowId(pool)).query(schedulerStateQuery),

@@ -5,7 +5,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { HostConfig } from '../../host-worker/config';
+import type { HostConfigInput } from '../../host-worker/config';
 import { testEnv } from '../setup';
 
 export interface HostProcess {
@@ -18,8 +18,11 @@ export interface HostProcess {
   waitForOutput(text: string, timeoutMs?: number): Promise<void>;
 }
 
-export function spawnHost(config: Partial<HostConfig> & Pick<HostConfig, 'hostId' | 'driver'>): HostProcess {
-  return spawnEntry(join('host-worker', 'main.ts'), ['--config', writeConfig('host', config)], {});
+/** A host process; `configPath` reuses an existing config (and so its journal) instead of writing a new one. */
+export function spawnHost(config: HostConfigInput | { configPath: string }): HostProcess {
+  const path = 'configPath' in config ? config.configPath : writeConfig('host', config);
+  const p = spawnEntry(join('host-worker', 'main.ts'), ['--config', path], {});
+  return Object.assign(p, { configPath: path });
 }
 
 export function spawnControlPlane(config: unknown): HostProcess {

@@ -1,0 +1,117 @@
+/** Helpers shared by the drivers: bounded argv-only command execution and device-id sanitising. */
+import { execFile } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { isValidId } from '../../workflows/ids';
+
+export interface ExecOutcome {
+  ok: boolean;
+  /** Exit code, when the process exited on its own. */
+  code?: number;
+  stdout: string;
+  stderr: string;
+  /** Why it did not succeed: 'not_found', 'timeout', 'exit_code_<n>', 'signal_<SIG>' or the spawn error code. */
+  failure?: string;
+  error?: Error;
+}
+
+/**
+ * Runs argv (never through a shell) with a hard timeout (SIGKILL when it expires) and bounded
+ * output. Never rejects: the outcome says what happened.
+ */
+export function execArgv(
+  argv: readonly string[],
+  opts: { timeoutMs: number; maxBuffer?: number; env?: NodeJS.ProcessEnv },
+): Promise<ExecOutcome> {
+  return new Promise((resolve) => {
+    if (argv.length === 0) {
+      resolve({ ok: false, stdout: '', stderr: '', failure: 'empty_command' });
+      return;
+    }
+    try {
+      execFile(
+        argv[0],
+        argv.slice(1),
+        {
+          timeout: opts.timeoutMs,
+          killSignal: 'SIGKILL',
+          maxBuffer: opts.maxBuffer ?? 1024 * 1024,
+          windowsHide: true,
+          encoding: 'utf8',
+          env: opts.env,
+        },
+        (err, stdout, stderr) => {
+          if (!err) {
+            resolve({ ok: true, code: 0, stdout, stderr });
+            return;
+          }
+          const e = err as NodeJS.ErrnoException & { killed?: boolean; signal?: string | null; code?: unknown };
+          let failure: string;
+          if (e.code === 'ENOENT') failure = 'not_found';
+          else if (e.killed && e.signal === 'SIGKILL') failure = 'timeout';
+          else if (typeof e.code === 'number') failure = `exit_code_${e.code}`;
+          else if (e.signal) failure = `signal_${e.signal}`;
+          else failure = typeof e.code === 'string' ? e.code : 'error';
+          resolve({
+            ok: false,
+            code: typeof e.code === 'number' ? e.code : undefined,
+            stdout: stdout ?? '',
+            stderr: stderr ?? '',
+            failure,
+            error: e,
+          });
+        },
+      );
+    } catch (err) {
+      // Synchronous spawn errors (e.g. a NUL byte in an argument).
+      resolve({ ok: false, stdout: '', stderr: '', failure: 'invalid_argument', error: err as Error });
+    }
+  });
+}
+
+/**
+ * Turns any string into a valid device id (see workflows/ids.ts): invalid characters become '-',
+ * leading characters that are not letters or digits are dropped, and the result is cut to 128
+ * characters. When anything had to change and `disambiguate` is set, a short hash of the original
+ * is appended so that two different inputs cannot collapse into the same id.
+ */
+export function toValidId(raw: string, fallback: string, disambiguate = false): string {
+  const input: string = raw;
+  if (isValidId(raw)) return raw;
+  let id = input
+    .replace(/[^A-Za-z0-9._:-]/g, '-')
+    .replace(/^[^A-Za-z0-9]+/, '')
+    .replace(/-+/g, '-');
+  if (disambiguate) {
+    const hash = createHash('sha256').update(input).digest('hex').slice(0, 8);
+    id = `${id.slice(0, 119)}${id ? '-' : ''}${hash}`;
+  }
+  id = id.slice(0, 128);
+  return isValidId(id) ? id : fallback;
+}
+
+/** Runs `fn` over `items` with at most `limit` calls in flight; results keep the input order. */
+export async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
+  const out: R[] = new Array<R>(items.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) {
+      const i = next++;
+      out[i] = await fn(items[i]);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.max(1, Math.min(limit, items.length)) }, worker));
+  return out;
+}
+
+/**
+ * The environment of every command the host agent starts: its own environment without the
+ * Temporal connection settings (`TEMPORAL_*`: API key, TLS key paths), which a device command has
+ * no business reading, plus `extra`.
+ */
+export function childProcessEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [k, v] of Object.entries(process.env)) {
+    if (v !== undefined && !k.toUpperCase().startsWith('TEMPORAL_')) env[k] = v;
+  }
+  return { ...env, ...extra };
+}
