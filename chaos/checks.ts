@@ -13,11 +13,15 @@ export interface Violation {
   detail: string;
 }
 
-/** Reports accepted (update accepted into history) that did not belong to the attempt open at that moment. */
+/**
+ * Reports that took effect (update completed successfully) though, at the point in history where
+ * they were accepted, their attempt was not the open one (closed by Temporal: lease expired, done).
+ */
 export async function supersededReportsAccepted(client: Client, taskId: string): Promise<Violation[]> {
   const out: Violation[] = [];
   for (const run of await runHistories(client, taskWorkflowId(taskId))) {
     const open = new Map<number, { leaseId: string; attempt: number }>();
+    const suspicious = new Map<string, string>();
     for (const e of run.events) {
       const id = Number(e.eventId);
       const s = e.activityTaskScheduledEventAttributes;
@@ -40,11 +44,15 @@ export async function supersededReportsAccepted(client: Client, taskId: string):
         const r = await decodeFirst<AttemptReport>(client, accepted.acceptedRequest.input.args?.payloads);
         const current = [...open.values()].pop();
         if (!r || !current || current.leaseId !== r.leaseId || current.attempt !== r.attempt) {
-          out.push({
-            kind: 'superseded report accepted',
-            detail: `${taskId}: ${r?.kind} for attempt ${r?.attempt} lease ${r?.leaseId}`,
-          });
+          const detail = `${taskId}: ${r?.kind} for attempt ${r?.attempt} lease ${r?.leaseId}`;
+          suspicious.set(accepted.acceptedRequest.meta?.updateId ?? '', detail);
         }
+        continue;
+      }
+      const completed = e.workflowExecutionUpdateCompletedEventAttributes;
+      const updateId = completed?.meta?.updateId ?? '';
+      if (completed && suspicious.has(updateId) && completed.outcome?.success) {
+        out.push({ kind: 'superseded report accepted', detail: suspicious.get(updateId)! });
       }
     }
   }

@@ -179,6 +179,21 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
         const v = await stack.fleet.get(id).catch(() => undefined);
         if (v?.status === 'running' && v.current) return v;
       }
+      // Nothing running right now: start a target of our own (it is cancelled after the fault).
+      const taskId = `chaos-${opts.seed}-target-${admitted.size}`;
+      await retrying(`submit ${taskId}`, () =>
+        stack.fleet.submit({ taskId, goal: 'target [sim outcome=hang duration=300]' }),
+      );
+      admitted.add(taskId);
+      const deadline = Date.now() + 60_000;
+      while (Date.now() < deadline) {
+        const v = await stack.fleet.get(taskId).catch(() => undefined);
+        if (v?.status === 'running' && v.current) {
+          setTimeout(() => void stack.fleet.cancel(taskId).catch(() => undefined), 1_000);
+          return v;
+        }
+        await sleep(300);
+      }
       return undefined;
     };
     const inject = async (fault: Fault) => {
@@ -271,11 +286,9 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
           };
           report.impersonationsSent++;
           try {
-            await stack.client.workflow
-              .getHandle(hostWorkflowId(a))
-              .executeUpdate(hostSnapshotUpdate, {
-                args: [{ snapshot, sig: sign(stack.credentials.get(b)!, SignDomain.Snapshot, snapshot) }],
-              });
+            await stack.client.workflow.getHandle(hostWorkflowId(a)).executeUpdate(hostSnapshotUpdate, {
+              args: [{ snapshot, sig: sign(stack.credentials.get(b)!, SignDomain.Snapshot, snapshot) }],
+            });
             report.impersonationsAccepted++;
           } catch (err) {
             if (!(err instanceof WorkflowUpdateFailedError)) {

@@ -27,7 +27,8 @@ import {
 } from '../workflows/search-attributes';
 import type { taskWorkflow } from '../workflows/task';
 import type { TaskInput, TaskStatus, TaskView } from '../workflows/types';
-import { TaskPolicySchema, type ControlPlaneConfig } from './config';
+import { MAX_ATTEMPTS_LIMIT } from '../workflows/policy';
+import type { ControlPlaneConfig } from './config';
 
 export class ValidationError extends Error {
   override name = 'ValidationError';
@@ -53,6 +54,21 @@ export class TaskNotFoundError extends Error {
 }
 
 const id = z.string().refine(isValidId, { message: ID_RULE });
+/** Like TaskPolicySchema but without defaults: `.partial()` would still fill zod defaults in. */
+const TaskPolicyOverrideSchema = z.object({
+  maxAttempts: z.number().int().positive().max(MAX_ATTEMPTS_LIMIT).optional(),
+  maxDispatchFailures: z.number().int().positive().optional(),
+  backoff: z
+    .object({
+      initialMs: z.number().int().nonnegative().optional(),
+      multiplier: z.number().min(1).optional(),
+      maxMs: z.number().int().nonnegative().optional(),
+    })
+    .optional(),
+  ackTimeoutMs: z.number().int().positive().optional(),
+  leaseTimeoutMs: z.number().int().positive().optional(),
+  executionTimeoutMs: z.number().int().positive().optional(),
+});
 const StepSchema = z.object({
   name: z.string().min(1).max(200),
   command: z.array(z.string()).min(1),
@@ -75,7 +91,8 @@ export const SubmitRequestSchema = z
       .prefault({}),
     priority: z.number().int().min(-1000).max(1000).default(0),
     owner: z.string().max(200).optional(),
-    policy: TaskPolicySchema.partial().optional(),
+    /** Overrides of the configured task defaults; what is left out comes from configuration. */
+    policy: TaskPolicyOverrideSchema.optional(),
   })
   .refine((r) => (r.goal === undefined) !== (r.definition === undefined), {
     message: 'exactly one of "goal" or "definition" is required',
@@ -121,10 +138,12 @@ export class FleetClient {
     }
     const v = r.data;
     const d = this.config.taskDefaults;
+    const defined = <T extends object>(o: T | undefined) =>
+      Object.fromEntries(Object.entries(o ?? {}).filter(([, x]) => x !== undefined)) as Partial<T>;
     const policy = {
       ...d,
-      ...v.policy,
-      backoff: { ...d.backoff, ...(v.policy?.backoff ?? {}) },
+      ...defined(v.policy),
+      backoff: { ...d.backoff, ...defined(v.policy?.backoff) },
     };
     const def = typeof v.definition === 'string' ? { name: v.definition } : v.definition;
     return {

@@ -187,7 +187,12 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
   });
   setHandler(
     reportAttemptUpdate,
-    (report) => {
+    async (report) => {
+      // A report and the end of its attempt can arrive in the same workflow task, and updates are
+      // handled before activity results. Let the attempt's result land first, then check again:
+      // a report for an attempt Temporal already closed (lease expired, done) changes nothing.
+      await condition(() => true);
+      validateReport(state, report, currentKeys);
       applyReport(state, report);
       publish(state);
       return { accepted: true as const };

@@ -1,0 +1,71 @@
+/**
+ * The REST facade process: parses its configuration once, connects to Temporal, listens on PORT
+ * (default 8080), and on SIGTERM/SIGINT stops accepting, ends open event streams and exits.
+ *   FLEET_API_TOKENS      JSON file of API tokens: [{ name, role, tokenSha256 }] (required)
+ *   FLEET_DEFINITIONS     JSON file of workflow definitions (default .data/workflow-definitions.json)
+ *   FLEET_CURSOR_KEY      secret that signs list cursors; set the same on every replica (default: random)
+ *   FLEET_CONFIG, FLEET_TASK_QUEUE, FLEET_STRATEGY, TEMPORAL_*: as for the control plane
+ */
+import { createHash } from 'node:crypto';
+import type { Server } from 'node:http';
+import { FleetClient } from './client';
+import { loadControlPlaneConfig } from './config';
+import { connectClient, temporalSettingsFromEnv } from './connection';
+import { createApp } from './rest/app';
+import { loadApiTokens } from './rest/auth';
+import { JsonFileDefinitionsStore } from './rest/definitions/store';
+
+const SHUTDOWN_GRACE_MS = 10_000;
+
+function parsePort(raw: string | undefined): number {
+  const port = Number(raw ?? 8080);
+  if (!Number.isInteger(port) || port < 0 || port > 65_535) throw new Error(`PORT must be 0-65535, got "${raw}"`);
+  return port;
+}
+
+async function main(): Promise<void> {
+  const config = loadControlPlaneConfig();
+  const tokens = loadApiTokens(process.env.FLEET_API_TOKENS);
+  const port = parsePort(process.env.PORT);
+  const definitions = new JsonFileDefinitionsStore(process.env.FLEET_DEFINITIONS ?? '.data/workflow-definitions.json');
+  const client = await connectClient(temporalSettingsFromEnv());
+  const cursorKey = process.env.FLEET_CURSOR_KEY
+    ? createHash('sha256').update(process.env.FLEET_CURSOR_KEY).digest()
+    : undefined;
+  const app = createApp({
+    fleet: new FleetClient(client, config),
+    client,
+    config,
+    tokens,
+    definitions,
+    options: { cursorKey },
+  });
+
+  const server: Server = await new Promise((resolve, reject) => {
+    const s = app.listen(port, (err?: Error) => (err ? reject(err) : resolve(s)));
+  });
+  const address = server.address();
+  console.log(`REST facade listening on ${typeof address === 'object' && address ? address.port : port}`);
+
+  let stopping = false;
+  const shutdown = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    console.log(`${signal}: shutting down`);
+    const force = setTimeout(() => server.closeAllConnections(), SHUTDOWN_GRACE_MS);
+    force.unref();
+    server.close(() => {
+      clearTimeout(force);
+      void client.connection.close().finally(() => process.exit(0));
+    });
+    // Idle keep-alive sockets close now; event streams end at the grace deadline at the latest.
+    server.closeIdleConnections();
+  };
+  process.on('SIGTERM', () => shutdown('SIGTERM'));
+  process.on('SIGINT', () => shutdown('SIGINT'));
+}
+
+main().catch((err: unknown) => {
+  console.error((err as Error)?.message ?? err);
+  process.exit(1);
+});

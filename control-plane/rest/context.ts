@@ -1,0 +1,28 @@
+import type { Client } from '@temporalio/client';
+import type { FleetClient } from '../client';
+import type { ControlPlaneConfig } from '../config';
+import type { ApiToken } from './auth';
+import type { DefinitionsStore } from './definitions/store';
+
+export interface RestOptions {
+  /** How often a server-sent event stream polls the task (default 500 ms). */
+  ssePollMs?: number;
+  /** Comment lines that keep idle event streams open through proxies (default 15 s). */
+  sseKeepAliveMs?: number;
+  /** Request bodies above this are refused with 413 (default 256 KiB). */
+  bodyLimitBytes?: number;
+  /** Retry-After on 429 queue full (default 5 s). */
+  queueFullRetryAfterSeconds?: number;
+  /** Signs list cursors; share it between replicas (default: random per process). */
+  cursorKey?: Buffer;
+  log?: (message: string, meta: Record<string, unknown>) => void;
+}
+
+export interface RestDeps {
+  fleet: FleetClient;
+  client: Client;
+  config: ControlPlaneConfig;
+  tokens: readonly ApiToken[];
+  definitions: DefinitionsStore;
+  options?: RestOptions;
+}

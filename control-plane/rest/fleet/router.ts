@@ -1,0 +1,82 @@
+import { Router } from 'express';
+import { hostWorkflowId } from '../../../workflows/ids';
+import { setDeviceDrainSignal, setHostDrainSignal } from '../../../workflows/messages';
+import { requireRole } from '../auth';
+import type { RestDeps } from '../context';
+import { HttpProblem } from '../problem';
+import { hostRunning, hostState } from '../temporal';
+import { parsed, validate } from '../validate';
+import {
+  DeviceParamsSchema,
+  DevicesQuerySchema,
+  HostParamsSchema,
+  HostsQuerySchema,
+  type DeviceList,
+  type DrainResult,
+  type HostList,
+} from './schemas';
+import { loadFleetState, presentDevices, presentHosts } from './state';
+
+const Hosts = { query: HostsQuerySchema };
+const Devices = { query: DevicesQuerySchema };
+const OneHost = { params: HostParamsSchema };
+const OneDevice = { params: DeviceParamsSchema };
+
+const hostMissing = (hostId: string) => new HttpProblem('notFound', `host ${hostId} not found`);
+
+export function hostsRouter(deps: RestDeps): Router {
+  const r = Router();
+  const { client, config } = deps;
+
+  r.get('/', validate(Hosts), async (_req, res) => {
+    const { query } = parsed(res, Hosts);
+    const state = await loadFleetState(client, config, { pool: query.pool });
+    const items = presentHosts(state).filter((h) => query.pool === undefined || h.pool === query.pool);
+    res.json({ items } satisfies HostList);
+  });
+
+  r.get('/:hostId', validate(OneHost), async (_req, res) => {
+    const { params } = parsed(res, OneHost);
+    const state = await loadFleetState(client, config, { hostId: params.hostId });
+    const host = presentHosts(state).find((h) => h.hostId === params.hostId);
+    if (!host) throw hostMissing(params.hostId);
+    res.json(host);
+  });
+
+  for (const [action, drained] of [
+    ['drain', true],
+    ['undrain', false],
+  ] as const) {
+    r.post(`/:hostId/${action}`, requireRole('admin'), validate(OneHost), async (_req, res) => {
+      const { params } = parsed(res, OneHost);
+      if (!(await hostRunning(client, params.hostId))) throw hostMissing(params.hostId);
+      await client.workflow.getHandle(hostWorkflowId(params.hostId)).signal(setHostDrainSignal, { drained });
+      res.status(202).json({ hostId: params.hostId, drained } satisfies DrainResult);
+    });
+
+    r.post(`/:hostId/devices/:deviceId/${action}`, requireRole('admin'), validate(OneDevice), async (_req, res) => {
+      const { params } = parsed(res, OneDevice);
+      const host = await hostState(client, params.hostId);
+      if (!host || !(await hostRunning(client, params.hostId))) throw hostMissing(params.hostId);
+      const known =
+        host.devices.some((d) => d.deviceId === params.deviceId) || host.drainedDevices.includes(params.deviceId);
+      if (!known) throw new HttpProblem('notFound', `host ${params.hostId} has no device ${params.deviceId}`);
+      await client.workflow
+        .getHandle(hostWorkflowId(params.hostId))
+        .signal(setDeviceDrainSignal, { deviceId: params.deviceId, drained });
+      res.status(202).json({ hostId: params.hostId, deviceId: params.deviceId, drained } satisfies DrainResult);
+    });
+  }
+
+  return r;
+}
+
+export function devicesRouter(deps: RestDeps): Router {
+  const r = Router();
+  r.get('/', validate(Devices), async (_req, res) => {
+    const { query } = parsed(res, Devices);
+    const state = await loadFleetState(deps.client, deps.config, { pool: query.pool, hostId: query.hostId });
+    res.json({ items: presentDevices(state, query) } satisfies DeviceList);
+  });
+  return r;
+}

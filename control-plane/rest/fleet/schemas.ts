@@ -1,0 +1,62 @@
+import { z } from 'zod';
+import { IdSchema, TimestampSchema } from '../schemas';
+
+export const HostParamsSchema = z.strictObject({ hostId: IdSchema });
+export type HostParams = z.infer<typeof HostParamsSchema>;
+
+export const DeviceParamsSchema = z.strictObject({ hostId: IdSchema, deviceId: IdSchema });
+export type DeviceParams = z.infer<typeof DeviceParamsSchema>;
+
+export const HostsQuerySchema = z.strictObject({ pool: IdSchema.optional() });
+export type HostsQuery = z.infer<typeof HostsQuerySchema>;
+
+export const DevicesQuerySchema = z.strictObject({
+  pool: IdSchema.optional(),
+  hostId: IdSchema.optional(),
+  driverType: z.string().min(1).max(100).optional(),
+});
+export type DevicesQuery = z.infer<typeof DevicesQuerySchema>;
+
+export const ReservationSchema = z.object({ taskId: z.string(), attempt: z.number().int() });
+
+export const DeviceResourceSchema = z.object({
+  hostId: z.string(),
+  deviceId: z.string(),
+  pool: z.string(),
+  driverType: z.string(),
+  tags: z.array(z.string()),
+  /** As the host reports it. */
+  state: z.enum(['idle', 'busy', 'offline']),
+  health: z.enum(['good', 'unhealthy', 'maintenance']),
+  hostOnline: z.boolean(),
+  hostDrained: z.boolean(),
+  deviceDrained: z.boolean(),
+  /** The pool's scheduler would hand it to a matching task now. */
+  assignable: z.boolean(),
+  /** The task holding it, as the pool's scheduler knows it; null when free. */
+  reservation: ReservationSchema.nullable(),
+});
+export type DeviceResource = z.infer<typeof DeviceResourceSchema>;
+
+export const HostResourceSchema = z.object({
+  hostId: z.string(),
+  pool: z.string(),
+  online: z.boolean(),
+  drained: z.boolean(),
+  drainedDevices: z.array(z.string()),
+  lastSeenAt: TimestampSchema.optional(),
+  devices: z.array(DeviceResourceSchema),
+});
+export type HostResource = z.infer<typeof HostResourceSchema>;
+
+export const HostListSchema = z.object({ items: z.array(HostResourceSchema) });
+export type HostList = z.infer<typeof HostListSchema>;
+export const DeviceListSchema = z.object({ items: z.array(DeviceResourceSchema) });
+export type DeviceList = z.infer<typeof DeviceListSchema>;
+
+export const DrainResultSchema = z.object({
+  hostId: z.string(),
+  deviceId: z.string().optional(),
+  drained: z.boolean(),
+});
+export type DrainResult = z.infer<typeof DrainResultSchema>;

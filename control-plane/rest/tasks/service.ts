@@ -1,0 +1,172 @@
+/**
+ * Task operations of the REST facade on top of FleetClient: idempotent submission (client task id
+ * or Idempotency-Key), definition resolution, ownership, and the queue explanation of GET.
+ */
+import { WorkflowNotFoundError } from '@temporalio/client';
+import { TaskNotFoundError, type SubmitRequest } from '../../client';
+import type { ControlPlaneConfig } from '../../config';
+import type { TaskInput, TaskPolicy, TaskView } from '../../../workflows/types';
+import { assertMayAccessTask, type Principal } from '../auth';
+import type { RestDeps } from '../context';
+import { HttpProblem, invalid } from '../problem';
+import { schedulerState } from '../temporal';
+import { presentTask } from './present';
+import { explainWait } from './queue';
+import { isTerminal, type PolicyOverride, type SubmitTaskBody, type TaskResource } from './schemas';
+
+/** The full policy: the client's partial schema then has nothing left to fill with its own defaults. */
+export function mergePolicy(defaults: ControlPlaneConfig['taskDefaults'], o: PolicyOverride): TaskPolicy {
+  const pick = <T>(v: T | undefined, d: T): T => (v === undefined ? d : v);
+  return {
+    maxAttempts: pick(o.maxAttempts, defaults.maxAttempts),
+    maxDispatchFailures: pick(o.maxDispatchFailures, defaults.maxDispatchFailures),
+    backoff: {
+      initialMs: pick(o.backoff?.initialMs, defaults.backoff.initialMs),
+      multiplier: pick(o.backoff?.multiplier, defaults.backoff.multiplier),
+      maxMs: pick(o.backoff?.maxMs, defaults.backoff.maxMs),
+    },
+    ackTimeoutMs: pick(o.ackTimeoutMs, defaults.ackTimeoutMs),
+    leaseTimeoutMs: pick(o.leaseTimeoutMs, defaults.leaseTimeoutMs),
+    executionTimeoutMs: pick(o.executionTimeoutMs, defaults.executionTimeoutMs),
+  };
+}
+
+function canonical(v: unknown): unknown {
+  if (Array.isArray(v)) return v.map(canonical);
+  if (v && typeof v === 'object') {
+    return Object.fromEntries(
+      Object.entries(v as Record<string, unknown>)
+        .filter(([, x]) => x !== undefined)
+        .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+        .map(([k, x]) => [k, canonical(x)]),
+    );
+  }
+  return v;
+}
+
+/**
+ * What makes two submissions "the same request". A definition referenced by name compares by name:
+ * its steps were snapshotted from the store, which may have changed since.
+ */
+function fingerprint(
+  t: Pick<TaskInput, 'pool' | 'work' | 'constraints' | 'priority' | 'owner' | 'policy'>,
+  byName: boolean,
+) {
+  const work = byName && t.work.kind === 'workflow' ? { kind: t.work.kind, definition: t.work.definition } : t.work;
+  return JSON.stringify(
+    canonical({
+      pool: t.pool,
+      work,
+      constraints: t.constraints,
+      priority: t.priority,
+      owner: t.owner ?? null,
+      policy: t.policy,
+    }),
+  );
+}
+
+export async function findTask(deps: RestDeps, taskId: string): Promise<TaskView | undefined> {
+  try {
+    return await deps.fleet.get(taskId);
+  } catch (err) {
+    if (err instanceof TaskNotFoundError) return undefined;
+    throw err;
+  }
+}
+
+export async function getTaskFor(deps: RestDeps, p: Principal, taskId: string): Promise<TaskView> {
+  const view = await findTask(deps, taskId);
+  if (!view) throw new HttpProblem('notFound', `task ${taskId} not found`);
+  assertMayAccessTask(p, view.owner, taskId);
+  return view;
+}
+
+/** The task as the API shows it; a queued task also says where it stands in the queue and why. */
+export async function taskResource(deps: RestDeps, view: TaskView): Promise<TaskResource> {
+  if (view.status !== 'queued') return presentTask(view);
+  const s = await schedulerState(deps.client, view.pool).catch(() => undefined);
+  return presentTask(view, explainWait(view, s, Date.now()));
+}
+
+export interface Submitted {
+  view: TaskView;
+  /** false: an earlier submission with this id is returned. */
+  created: boolean;
+}
+
+export async function submitTask(
+  deps: RestDeps,
+  p: Principal,
+  body: SubmitTaskBody,
+  idempotencyKey: string | undefined,
+): Promise<Submitted> {
+  if (idempotencyKey !== undefined && body.taskId !== undefined && idempotencyKey !== body.taskId) {
+    throw invalid([
+      {
+        in: 'header',
+        path: 'idempotency-key',
+        message: 'differs from the body\'s "taskId"; send one or make them equal',
+      },
+    ]);
+  }
+  const taskId = body.taskId ?? idempotencyKey;
+
+  let definition: SubmitRequest['definition'];
+  let byName = false;
+  if (body.definition !== undefined) {
+    const ref = typeof body.definition === 'string' ? { name: body.definition } : body.definition;
+    if (ref.steps) definition = { name: ref.name, steps: ref.steps };
+    else {
+      const stored = await deps.definitions.get(ref.name);
+      if (!stored) {
+        throw invalid([{ in: 'body', path: 'definition', message: `unknown workflow definition "${ref.name}"` }]);
+      }
+      definition = { name: stored.name, steps: stored.steps };
+      byName = true;
+    }
+  }
+
+  const request: SubmitRequest = {
+    taskId,
+    pool: body.pool,
+    goal: body.goal,
+    definition,
+    constraints: body.constraints,
+    priority: body.priority,
+    owner: p.name,
+    policy: body.policy ? mergePolicy(deps.config.taskDefaults, body.policy) : undefined,
+  };
+  // Validates everything (ValidationError: 400) before anything reaches Temporal.
+  const input = deps.fleet.buildInput(request);
+  const same = (v: TaskView): boolean => fingerprint(v, byName) === fingerprint(input, byName);
+  const conflict = () =>
+    new HttpProblem('idempotencyConflict', `task id ${input.taskId} was already used for a different request`);
+
+  if (taskId !== undefined) {
+    const existing = await findTask(deps, taskId);
+    if (existing && existing.status !== 'rejected') {
+      if (!same(existing)) throw conflict();
+      return { view: existing, created: false };
+    }
+  }
+  const view = await deps.fleet.submit({ ...request, taskId: input.taskId });
+  // Two first submissions racing: the loser attached to the winner's task.
+  if (!same(view)) throw conflict();
+  return { view, created: true };
+}
+
+export async function cancelTask(deps: RestDeps, p: Principal, taskId: string): Promise<TaskView> {
+  const view = await getTaskFor(deps, p, taskId);
+  const ended = (v: TaskView) =>
+    new HttpProblem('taskEnded', `task ${taskId} already ended with status ${v.status}: nothing to cancel`);
+  if (isTerminal(view.status)) throw ended(view);
+  try {
+    await deps.fleet.cancel(taskId);
+  } catch (err) {
+    if (!(err instanceof WorkflowNotFoundError)) throw err;
+    const now = await getTaskFor(deps, p, taskId);
+    if (isTerminal(now.status)) throw ended(now);
+    throw err;
+  }
+  return deps.fleet.get(taskId);
+}

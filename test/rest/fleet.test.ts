@@ -1,0 +1,155 @@
+/** /v1/hosts and /v1/devices (host workflows + pool scheduler, aggregated) and drain/undrain. */
+import assert from 'node:assert/strict';
+import request from 'supertest';
+import { eventually, uid } from '../helpers/fleet';
+import { assertNoSecrets, assertProblem, auth, startRestFleet, type RestFleet, type Who } from './helpers';
+
+interface Device {
+  hostId: string;
+  deviceId: string;
+  pool: string;
+  driverType: string;
+  tags: string[];
+  state: string;
+  health: string;
+  hostOnline: boolean;
+  hostDrained: boolean;
+  deviceDrained: boolean;
+  assignable: boolean;
+  reservation: { taskId: string; attempt: number } | null;
+}
+
+describe('REST: hosts and devices', () => {
+  let rf: RestFleet;
+  let hostId: string;
+  before(async () => {
+    rf = await startRestFleet('rest-fleet');
+    await rf.f.addHost('h1', [
+      { deviceId: 'd1', driverType: 'android', tags: ['camera'] },
+      { deviceId: 'd2', driverType: 'ios' },
+    ]);
+    hostId = rf.f.hostId('h1');
+  });
+  after(async () => {
+    await rf?.stop();
+  });
+
+  const get = (who: Who, path: string) =>
+    request(rf.app)
+      .get(path)
+      .set(...auth(who));
+  const post = (who: Who, path: string, body?: object) =>
+    request(rf.app)
+      .post(path)
+      .set(...auth(who))
+      .send(body);
+  const devices = async (q = ''): Promise<Device[]> =>
+    (await get('viewer', `/v1/devices?pool=${rf.f.pool}${q}`)).body.items;
+  const device = async (id: string): Promise<Device | undefined> => (await devices()).find((d) => d.deviceId === id);
+
+  it('lists hosts and devices with pool, state, health, drain and reservation', async () => {
+    const hosts = await eventually(async () => {
+      const r = await get('viewer', `/v1/hosts?pool=${rf.f.pool}`);
+      return r.body.items?.length === 1 && r.body.items[0].devices.every((d: Device) => d.assignable) ? r : undefined;
+    }, 'host and devices known');
+    const [h] = hosts.body.items;
+    assert.equal(h.hostId, hostId);
+    assert.equal(h.pool, rf.f.pool);
+    assert.equal(h.online, true);
+    assert.equal(h.drained, false);
+    assert.ok(Date.parse(h.lastSeenAt) > Date.now() - 60_000);
+    assert.deepEqual(
+      h.devices.map((d: Device) => [d.deviceId, d.driverType, d.tags, d.state, d.health, d.pool, d.reservation]),
+      [
+        ['d1', 'android', ['camera'], 'idle', 'good', rf.f.pool, null],
+        ['d2', 'ios', [], 'idle', 'good', rf.f.pool, null],
+      ],
+    );
+    assertNoSecrets(hosts.text);
+    const one = await get('alice', `/v1/hosts/${hostId}`);
+    assert.equal(one.status, 200);
+    assert.equal(one.body.hostId, hostId);
+    assertNoSecrets(one.text);
+    assertProblem(await get('viewer', `/v1/hosts/${uid('nohost')}`), 404, 'not-found');
+
+    assert.deepEqual(
+      (await devices()).map((d) => d.deviceId),
+      ['d1', 'd2'],
+    );
+    assert.deepEqual(
+      (await devices('&driverType=ios')).map((d) => d.deviceId),
+      ['d2'],
+    );
+    assert.equal((await devices(`&hostId=${hostId}`)).length, 2);
+
+    // A running task holds d1: the reservation shows its task, never its lease.
+    const t = await post('alice', '/v1/tasks', { goal: 'hold [sim outcome=hang]', constraints: { deviceId: 'd1' } });
+    assert.equal(t.status, 201, t.text);
+    const held = await eventually(async () => {
+      const d = await device('d1');
+      return d?.reservation ? d : undefined;
+    }, 'reservation visible');
+    assert.deepEqual(held.reservation, { taskId: t.body.taskId, attempt: 1 });
+    assert.equal(held.assignable, false);
+    const text = (await get('viewer', `/v1/devices?pool=${rf.f.pool}`)).text;
+    assertNoSecrets(
+      text,
+      (await rf.f.fleet.get(t.body.taskId)).attempts.map((a) => a.leaseId),
+    );
+    assert.equal((await post('alice', `/v1/tasks/${t.body.taskId}/cancel`)).status, 202);
+    await eventually(async () => ((await device('d1'))?.reservation === null ? true : undefined), 'released');
+
+    for (const q of ['pool=bad%20pool', 'foo=1'])
+      assertProblem(await get('viewer', `/v1/devices?${q}`), 400, 'validation');
+    assertProblem(await get('viewer', '/v1/hosts?pool=a&pool=b'), 400, 'validation');
+  });
+
+  it('drain and undrain a device and a host (admin): assignment stops and resumes; 404 for unknown ones', async () => {
+    const drained = await post('admin', `/v1/hosts/${hostId}/devices/d1/drain`);
+    assert.equal(drained.status, 202);
+    assert.deepEqual(drained.body, { hostId, deviceId: 'd1', drained: true });
+    await eventually(async () => {
+      const d = await device('d1');
+      return d?.deviceDrained && !d.assignable ? true : undefined;
+    }, 'd1 drained');
+    assert.equal((await device('d2'))?.deviceDrained, false);
+
+    const t = await post('alice', '/v1/tasks', { goal: 'quick [sim duration=50]', constraints: { deviceId: 'd1' } });
+    const waiting = await eventually(async () => {
+      const r = await get('alice', `/v1/tasks/${t.body.taskId}`);
+      return /1 drained/.test(r.body.queue?.reason ?? '') ? r.body : undefined;
+    }, 'the scheduler sees the drain');
+    assert.equal(waiting.status, 'queued');
+    assert.equal(
+      waiting.queue.reason,
+      'no idle device matches driverType=any tags=[] deviceId=d1 (1 matching device: 1 drained)',
+    );
+
+    assert.equal((await post('admin', `/v1/hosts/${hostId}/devices/d1/undrain`)).status, 202);
+    await eventually(async () => {
+      const r = await get('alice', `/v1/tasks/${t.body.taskId}`);
+      return r.body.status === 'done' ? true : undefined;
+    }, 'task ran after undrain');
+
+    const hd = await post('admin', `/v1/hosts/${hostId}/drain`);
+    assert.equal(hd.status, 202);
+    assert.deepEqual(hd.body, { hostId, drained: true });
+    const hostDrained = await eventually(async () => {
+      const r = await get('viewer', `/v1/hosts/${hostId}`);
+      return r.body.drained ? r.body : undefined;
+    }, 'host drained');
+    assert.ok(hostDrained.devices.every((d: Device) => d.hostDrained && !d.assignable));
+    assert.equal((await post('admin', `/v1/hosts/${hostId}/undrain`)).status, 202);
+    await eventually(
+      async () => ((await get('viewer', `/v1/hosts/${hostId}`)).body.drained === false ? true : undefined),
+      'undrained',
+    );
+
+    assertProblem(await post('admin', `/v1/hosts/${uid('nohost')}/drain`), 404, 'not-found');
+    assertProblem(await post('admin', `/v1/hosts/${uid('nohost')}/devices/d1/drain`), 404, 'not-found');
+    assertProblem(await post('admin', `/v1/hosts/${hostId}/devices/nodev/drain`), 404, 'not-found');
+    assertProblem(await post('admin', '/v1/hosts/bad%20host/undrain'), 400, 'validation');
+    assertProblem(await post('alice', `/v1/hosts/${hostId}/drain`), 403, 'forbidden');
+    assert.equal((await get('viewer', `/v1/hosts/${hostId}`)).body.drained, false, 'refused drains changed nothing');
+  });
+});

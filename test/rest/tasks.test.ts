@@ -1,0 +1,459 @@
+/**
+ * /v1/tasks against a real control plane and an in-process simulated host: idempotent submission,
+ * queue position and why a task waits, cancel, ownership, listing, server-sent events, and bad
+ * input that changes nothing.
+ */
+import assert from 'node:assert/strict';
+import { request as httpRequest, type ClientRequest, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import request from 'supertest';
+import { FleetClient } from '../../control-plane/client';
+import type { TaskView } from '../../workflows/types';
+import { eventually, uid } from '../helpers/fleet';
+import {
+  assertNoSecrets,
+  assertProblem,
+  auth,
+  parseSse,
+  startRestFleet,
+  textParser,
+  type RestFleet,
+  type Who,
+} from './helpers';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe('REST: tasks', () => {
+  let rf: RestFleet;
+  before(async () => {
+    rf = await startRestFleet('rest-tasks');
+    await rf.f.addHost('h1', [{ deviceId: 'cam-1', driverType: 'android', tags: ['camera'] }]);
+    await eventually(async () => ((await rf.f.scheduler()).devices.length === 1 ? true : undefined), 'device known');
+  });
+  after(async () => {
+    await rf?.stop();
+  });
+
+  const post = (who: Who, body: unknown) =>
+    request(rf.app)
+      .post('/v1/tasks')
+      .set(...auth(who))
+      .send(body as object);
+  const get = (who: Who, path: string) =>
+    request(rf.app)
+      .get(path)
+      .set(...auth(who));
+  const cancel = (who: Who, taskId: string) =>
+    request(rf.app)
+      .post(`/v1/tasks/${taskId}/cancel`)
+      .set(...auth(who));
+  const untilStatus = (taskId: string, status: string) =>
+    eventually(async () => {
+      const r = await get('admin', `/v1/tasks/${taskId}`);
+      return r.body.status === status ? r : undefined;
+    }, `task ${taskId} ${status}`);
+  const leaseIds = async (taskId: string) =>
+    ((await rf.f.fleet.get(taskId)) as TaskView).attempts.map((a) => a.leaseId).filter(Boolean);
+
+  it('a client task id or an Idempotency-Key makes submission idempotent; reuse with another body is 409', async () => {
+    const taskId = uid('idem');
+    const body = { taskId, goal: 'needs an iphone', constraints: { driverType: 'ios' } };
+    const first = await post('alice', body);
+    assert.equal(first.status, 201, first.text);
+    assert.equal(first.headers.location, `/v1/tasks/${taskId}`);
+    assert.equal(first.body.taskId, taskId);
+    assert.equal(first.body.owner, 'alice');
+    assert.equal(first.body.status, 'queued');
+    assert.equal(first.body.pool, rf.f.pool);
+    const again = await post('alice', body);
+    assert.equal(again.status, 200);
+    assert.equal(again.headers['idempotent-replayed'], 'true');
+    assert.equal(again.body.taskId, taskId);
+    assert.equal(again.body.submittedAt, first.body.submittedAt);
+    assertProblem(await post('alice', { ...body, goal: 'something else' }), 409, 'idempotency-conflict');
+    assertProblem(await post('bob', body), 409, 'idempotency-conflict');
+
+    const key = uid('key');
+    const byHeader = () =>
+      request(rf.app)
+        .post('/v1/tasks')
+        .set(...auth('alice'))
+        .set('Idempotency-Key', key);
+    const h1 = await byHeader().send({ goal: 'via header', constraints: { driverType: 'ios' } });
+    assert.equal(h1.status, 201, h1.text);
+    assert.equal(h1.body.taskId, key);
+    const h2 = await byHeader().send({ goal: 'via header', constraints: { driverType: 'ios' } });
+    assert.equal(h2.status, 200);
+    assert.equal(h2.body.taskId, key);
+    assertProblem(
+      await byHeader().send({ goal: 'via header', priority: 7, constraints: { driverType: 'ios' } }),
+      409,
+      'idempotency-conflict',
+    );
+    const mismatch = await byHeader().send({ taskId: uid('other'), goal: 'x' });
+    assertProblem(mismatch, 400, 'validation');
+    assert.deepEqual(
+      mismatch.body.errors.map((e: { in: string; path: string }) => `${e.in}:${e.path}`),
+      ['header:idempotency-key'],
+    );
+
+    const queue = (await rf.f.scheduler()).queue.map((q) => q.taskId);
+    assert.equal(queue.filter((id) => id === taskId).length, 1);
+    assert.equal(queue.filter((id) => id === key).length, 1);
+    for (const id of [taskId, key]) assert.equal((await cancel('alice', id)).status, 202);
+  });
+
+  it('GET says where a task stands and why it waits: backoff, no idle matching device, older tasks; cancel ends it', async () => {
+    // Fails once (retryable) and waits a minute for its next attempt.
+    const r = await post('alice', {
+      goal: 'flaky [sim duration=50 outcome=fail-retryable]',
+      policy: { backoff: { initialMs: 60_000, maxMs: 60_000 } },
+    });
+    assert.equal(r.status, 201, r.text);
+    const backoff = await eventually(async () => {
+      const g = await get('alice', `/v1/tasks/${r.body.taskId}`);
+      return g.body.status === 'queued' && g.body.attempts.length === 1 ? g.body : undefined;
+    }, 'first attempt failed');
+    assert.equal(backoff.queue.waitingFor, 'backoff');
+    assert.ok(Date.parse(backoff.queue.nextAttemptAt) > Date.now() + 50_000);
+    assert.equal(
+      backoff.queue.reason,
+      `next attempt at ${backoff.queue.nextAttemptAt} (attempt 2 of 3; the last one ended: runner_failed)`,
+    );
+    assert.equal(backoff.attempts[0].outcome, 'retryable_failure');
+    assert.equal(backoff.attempts[0].deviceId, 'cam-1');
+    const c = await cancel('alice', r.body.taskId);
+    assert.equal(c.status, 202);
+    await untilStatus(r.body.taskId, 'cancelled');
+    assertProblem(await cancel('alice', r.body.taskId), 409, 'task-ended');
+
+    // H holds the only camera device; B and C wait for it, I waits for a device that does not exist.
+    const camera = { driverType: 'android', tags: ['camera'] };
+    const h = await post('alice', { goal: 'hold [sim outcome=hang duration=100]', constraints: camera });
+    const running = (await untilStatus(h.body.taskId, 'running')).body;
+    assert.equal(running.current.hostId, rf.f.hostId('h1'));
+    assert.equal(running.current.deviceId, 'cam-1');
+    assert.equal(running.queue, undefined);
+    const b = await post('alice', { goal: 'b [sim outcome=hang]', constraints: camera });
+    const cc = await post('bob', { goal: 'c [sim outcome=hang]', constraints: camera });
+    const i = await post('alice', { goal: 'i', constraints: { driverType: 'ios' } });
+    const qb = (await get('alice', `/v1/tasks/${b.body.taskId}`)).body.queue;
+    assert.deepEqual([qb.position, qb.ahead, qb.waitingFor], [1, 0, 'device']);
+    assert.equal(qb.reason, 'no idle device matches driverType=android tags=[camera] (1 matching device: 1 reserved)');
+    const qc = (await get('bob', `/v1/tasks/${cc.body.taskId}`)).body.queue;
+    assert.deepEqual([qc.position, qc.ahead], [2, 1]);
+    assert.match(qc.reason, /^no idle device matches .*; waiting behind 1 older task$/);
+    const qi = (await get('alice', `/v1/tasks/${i.body.taskId}`)).body.queue;
+    assert.equal(
+      qi.reason,
+      `no idle device matches driverType=ios tags=[] (no device in pool ${rf.f.pool} matches at all)`,
+    );
+
+    // No response carries the lease.
+    const text = (await get('admin', `/v1/tasks/${h.body.taskId}`)).text;
+    assertNoSecrets(text, await leaseIds(h.body.taskId));
+
+    for (const [who, t] of [
+      ['alice', b],
+      ['bob', cc],
+      ['alice', i],
+    ] as const) {
+      assert.equal((await cancel(who, t.body.taskId)).status, 202);
+    }
+    const hc = await cancel('alice', h.body.taskId);
+    assert.equal(hc.status, 202);
+    const ended = (await untilStatus(h.body.taskId, 'cancelled')).body;
+    assert.equal(ended.attempts[0].outcome, 'cancelled');
+    assert.equal(ended.result.status, 'cancelled');
+    for (const t of [b, cc, i]) await untilStatus(t.body.taskId, 'cancelled');
+    assertProblem(await cancel('admin', uid('missing')), 404, 'not-found');
+  });
+
+  it('a submitter sees and cancels only its own tasks; a viewer reads but cannot cancel', async () => {
+    const mine = await post('alice', { goal: 'private', constraints: { driverType: 'ios' } });
+    const id = mine.body.taskId as string;
+    assertProblem(await get('bob', `/v1/tasks/${id}`), 403, 'forbidden');
+    assertProblem(await cancel('bob', id), 403, 'forbidden');
+    assertProblem(await get('bob', `/v1/tasks/${id}/events`), 403, 'forbidden');
+    assertProblem(await cancel('viewer', id), 403, 'forbidden');
+    for (const who of ['alice', 'viewer', 'admin'] as const) {
+      const r = await get(who, `/v1/tasks/${id}`);
+      assert.equal(r.status, 200);
+      assert.equal(r.body.owner, 'alice');
+    }
+    assert.equal((await rf.f.fleet.get(id)).status, 'queued', 'the refused cancels changed nothing');
+    assert.equal((await cancel('admin', id)).status, 202);
+    await untilStatus(id, 'cancelled');
+  });
+
+  it('lists by status, owner and pool, paged with a cursor; a submitter lists only its own', async () => {
+    const pool = uid('lst');
+    const ids: Record<string, string> = {};
+    for (const [who, n] of [
+      ['alice', 'a1'],
+      ['bob', 'b1'],
+      ['bob', 'b2'],
+      ['bob', 'b3'],
+    ] as const) {
+      const r = await post(who, { pool, goal: `listed ${n}` });
+      assert.equal(r.status, 201, r.text);
+      ids[n] = r.body.taskId;
+    }
+    const list = (who: Who, q: string) => get(who, `/v1/tasks?pool=${pool}&${q}`);
+    await eventually(
+      async () => ((await list('admin', 'limit=50')).body.items.length === 4 ? true : undefined),
+      'visibility',
+    );
+
+    const seen: string[] = [];
+    let cursor: string | undefined;
+    let pages = 0;
+    do {
+      const r = await list('admin', `limit=3${cursor ? `&cursor=${cursor}` : ''}`);
+      assert.equal(r.status, 200, r.text);
+      assert.ok(r.body.items.length <= 3);
+      seen.push(...r.body.items.map((t: { taskId: string }) => t.taskId));
+      cursor = r.body.nextCursor;
+      pages++;
+    } while (cursor && pages < 5);
+    assert.ok(pages >= 2, 'more than one page');
+    assert.deepEqual([...seen].sort(), Object.values(ids).sort());
+
+    const bobs = (await list('admin', 'owner=bob')).body.items;
+    assert.deepEqual(bobs.map((t: { taskId: string }) => t.taskId).sort(), [ids.b1, ids.b2, ids.b3].sort());
+    assert.ok(
+      bobs.every(
+        (t: { owner: string; status: string; pool: string }) =>
+          t.owner === 'bob' && t.status === 'queued' && t.pool === pool,
+      ),
+    );
+    const alices = (await list('alice', 'limit=10')).body.items;
+    assert.deepEqual(
+      alices.map((t: { taskId: string }) => t.taskId),
+      [ids.a1],
+    );
+    assertProblem(await list('alice', 'owner=bob'), 403, 'forbidden');
+    assert.equal((await list('viewer', '')).body.items.length, 4);
+    assert.equal((await list('admin', 'status=running')).body.items.length, 0);
+    assert.equal((await list('admin', 'status=queued')).body.items.length, 4);
+
+    const p1 = await list('admin', 'owner=bob&limit=2');
+    assert.equal(p1.body.items.length, 2);
+    assert.ok(p1.body.nextCursor);
+    const p2 = await list('admin', `owner=bob&limit=2&cursor=${p1.body.nextCursor}`);
+    assert.equal(p2.body.items.length, 1);
+    assert.equal(p2.body.nextCursor, undefined);
+    const wrong = await list('admin', `owner=alice&limit=2&cursor=${p1.body.nextCursor}`);
+    assertProblem(wrong, 400, 'validation');
+    assert.equal(wrong.body.errors[0].path, 'cursor');
+    assertProblem(await list('admin', 'cursor=garbage'), 400, 'validation');
+    // A cursor is signed: a page token edited by the client never reaches Temporal.
+    const [body, sig] = (p1.body.nextCursor as string).split('.');
+    const edited = { ...JSON.parse(Buffer.from(body, 'base64url').toString()), t: 'AAAA' };
+    const forged = `${Buffer.from(JSON.stringify(edited)).toString('base64url')}.${sig}`;
+    assertProblem(await list('admin', `owner=bob&limit=2&cursor=${forged}`), 400, 'validation');
+
+    for (const q of ['limit=0', 'limit=abc', 'status=nope', 'foo=1', 'hostId=bad%20id', 'limit=1&limit=2']) {
+      const r = await get('admin', `/v1/tasks?${q}`);
+      assertProblem(r, 400, 'validation');
+      assert.equal(r.body.errors[0].in, 'query', q);
+    }
+    for (const id of Object.values(ids)) assert.equal((await cancel('admin', id)).status, 202);
+  });
+
+  it('bad requests are 400/401/403/413 problems with field paths and change nothing', async () => {
+    const before = await rf.f.scheduler();
+    const unused = [uid('bad'), uid('bad'), uid('bad'), uid('bad'), uid('bad'), uid('bad')];
+    const cases: Array<[() => request.Test, number, string, string[]?]> = [
+      [() => post('alice', {}), 400, 'validation', ['body:goal']],
+      [() => post('alice', { taskId: unused[0], goal: 'x', definition: 'y' }), 400, 'validation', ['body:goal']],
+      [
+        () => post('alice', { taskId: 'bad id!', goal: '', priority: 5000, constraints: { tags: 'camera' } }),
+        400,
+        'validation',
+        ['body:taskId', 'body:goal', 'body:constraints.tags', 'body:priority'],
+      ],
+      [() => post('alice', { taskId: unused[1], goal: 'x', owner: 'mallory' }), 400, 'validation', ['body:(root)']],
+      [
+        () => post('alice', { taskId: unused[2], goal: 'x', policy: { maxAttempts: 0 } }),
+        400,
+        'validation',
+        ['body:policy.maxAttempts'],
+      ],
+      [
+        () => post('alice', { taskId: unused[3], definition: 'no-such-definition' }),
+        400,
+        'validation',
+        ['body:definition'],
+      ],
+      [
+        () =>
+          request(rf.app)
+            .post('/v1/tasks')
+            .set(...auth('alice'))
+            .set('Content-Type', 'application/json')
+            .send('{"goal": "x",'),
+        400,
+        'validation',
+        ['body:(root)'],
+      ],
+      [
+        () =>
+          request(rf.app)
+            .post('/v1/tasks')
+            .set(...auth('alice'))
+            .set('Content-Type', 'text/plain')
+            .send('goal=x'),
+        400,
+        'validation',
+        ['body:(root)'],
+      ],
+      [
+        () =>
+          request(rf.app)
+            .post('/v1/tasks')
+            .set(...auth('alice'))
+            .set('Idempotency-Key', 'no spaces allowed')
+            .send({ goal: 'x' }),
+        400,
+        'validation',
+        ['header:idempotency-key'],
+      ],
+      [() => post('alice', { taskId: unused[4], goal: 'x'.repeat(300 * 1024) }), 413, 'payload-too-large'],
+      [() => post('viewer', { taskId: unused[5], goal: 'x' }), 403, 'forbidden'],
+      [() => request(rf.app).post('/v1/tasks').send({ taskId: unused[5], goal: 'x' }), 401, 'unauthorized'],
+      [() => get('admin', '/v1/tasks/bad%20id'), 400, 'validation', ['path:id']],
+      [() => get('admin', `/v1/tasks/${uid('nope')}`), 404, 'not-found'],
+      [
+        () =>
+          request(rf.app)
+            .post(`/v1/tasks/bad%20id/cancel`)
+            .set(...auth('admin')),
+        400,
+        'validation',
+        ['path:id'],
+      ],
+    ];
+    for (const [send, status, slug, paths] of cases) {
+      const res = await send();
+      assertProblem(res, status, slug);
+      if (paths) {
+        const got = (res.body.errors as Array<{ in: string; path: string }>).map((e) => `${e.in}:${e.path}`);
+        assert.deepEqual([...got].sort(), [...paths].sort(), res.text);
+      }
+    }
+    const after = await rf.f.scheduler();
+    assert.equal(after.queue.length, before.queue.length);
+    assert.deepEqual(after.counters, before.counters);
+    for (const id of unused) assertProblem(await get('admin', `/v1/tasks/${id}`), 404, 'not-found');
+  });
+
+  it('GET /v1/tasks/:id/events streams status and progress until the terminal status, then ends', async () => {
+    const t = await post('alice', {
+      goal: 'stream [sim duration=900 steps=3]',
+      constraints: { driverType: 'android' },
+    });
+    assert.equal(t.status, 201, t.text);
+    const res = await get('alice', `/v1/tasks/${t.body.taskId}/events`).buffer(true).parse(textParser);
+    assert.equal(res.status, 200);
+    assert.match(String(res.headers['content-type']), /^text\/event-stream/);
+    const events = parseSse(res.body as string);
+    const last = events[events.length - 1];
+    assert.equal(last.event, 'end');
+    assert.deepEqual(JSON.parse(last.data), { taskId: t.body.taskId, status: 'done' });
+    const views = events.filter((e) => e.event === 'task');
+    for (let k = 1; k < views.length; k++) assert.notEqual(views[k].data, views[k - 1].data, 'only changes are sent');
+    const parsed = views.map((e) => JSON.parse(e.data));
+    assert.equal(parsed[parsed.length - 1].status, 'done');
+    assert.equal(parsed[parsed.length - 1].result.output, 'simulated run on cam-1');
+    assert.ok(
+      parsed.some((v) => v.status === 'running'),
+      parsed.map((v) => v.status).join(','),
+    );
+    assert.ok(
+      parsed.some((v) => /sim step [12]\/3/.test(v.progress?.message ?? '')),
+      'progress was streamed',
+    );
+    assertNoSecrets(res.body as string, await leaseIds(t.body.taskId));
+    assertProblem(await get('alice', `/v1/tasks/${uid('nope')}/events`), 404, 'not-found');
+  });
+
+  it('an event stream stops polling as soon as the client disconnects', async () => {
+    class CountingFleet extends FleetClient {
+      gets = 0;
+      override async get(taskId: string): Promise<TaskView> {
+        this.gets++;
+        return super.get(taskId);
+      }
+    }
+    const counting = new CountingFleet(rf.f.client, rf.f.config);
+    const server: Server = rf.appWith(counting, { ssePollMs: 50 }).listen(0);
+    try {
+      const t = await post('alice', { goal: 'waits forever', constraints: { driverType: 'ios' } });
+      const { port } = server.address() as AddressInfo;
+      const req = await new Promise<ClientRequest>((resolve, reject) => {
+        const r = httpRequest(
+          { port, path: `/v1/tasks/${t.body.taskId}/events`, headers: { Authorization: auth('alice')[1] } },
+          (res) => {
+            let text = '';
+            res.setEncoding('utf8');
+            res.on('data', (chunk: string) => {
+              text += chunk;
+              if (text.includes('event: task')) resolve(r);
+            });
+          },
+        );
+        r.on('error', (err) => ((err as NodeJS.ErrnoException).code === 'ECONNRESET' ? undefined : reject(err)));
+        r.end();
+      });
+      const polling = counting.gets;
+      await eventually(async () => (counting.gets >= polling + 3 ? true : undefined), 'the stream polls', 5_000, 20);
+      req.destroy();
+      await sleep(300);
+      const atDisconnect = counting.gets;
+      await sleep(600);
+      assert.equal(counting.gets, atDisconnect, 'no polls after the client went away');
+      assert.equal((await cancel('alice', t.body.taskId)).status, 202);
+    } finally {
+      await new Promise((r) => server.close(r));
+    }
+  });
+});
+
+describe('REST: a full queue', () => {
+  let rf: RestFleet;
+  before(async () => {
+    rf = await startRestFleet('rest-full', { maxQueueDepth: 1 });
+  });
+  after(async () => {
+    await rf?.stop();
+  });
+
+  it('is a 429 problem with Retry-After; nothing is admitted; the id may be submitted again later', async () => {
+    const post = (body: object) =>
+      request(rf.app)
+        .post('/v1/tasks')
+        .set(...auth('alice'))
+        .send(body);
+    const first = await post({ goal: 'fills the queue' });
+    assert.equal(first.status, 201, first.text);
+    const id = uid('full');
+    const res = await post({ taskId: id, goal: 'one too many' });
+    assertProblem(res, 429, 'queue-full');
+    assert.equal(res.headers['retry-after'], '5');
+    assert.match(res.body.detail, /queue is full \(1\/1 queued\)/);
+    const s = await rf.f.scheduler();
+    assert.deepEqual(
+      s.queue.map((q) => q.taskId),
+      [first.body.taskId],
+    );
+    const cancelled = await request(rf.app)
+      .post(`/v1/tasks/${first.body.taskId}/cancel`)
+      .set(...auth('alice'));
+    assert.equal(cancelled.status, 202);
+    await eventually(async () => ((await rf.f.scheduler()).queue.length === 0 ? true : undefined), 'queue empty');
+    const retry = await post({ taskId: id, goal: 'one too many' });
+    assert.equal(retry.status, 201, retry.text);
+    assert.equal(retry.body.status, 'queued');
+  });
+});
