@@ -3,7 +3,8 @@
  * health, drain, and outbound-only operation.
  */
 import assert from 'node:assert/strict';
-import { readFileSync, readdirSync, readlinkSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, readlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { hostWorkflowId } from '../workflows/ids';
 import { hostStateQuery, setDeviceDrainSignal, setHostDrainSignal } from '../workflows/messages';
@@ -185,5 +186,77 @@ describe('host journal and restart (seed 004)', () => {
     assert.notEqual(code, 0);
     assert.match(again.output(), /JournalCorruptError: journal .*journal\.json is unreadable/);
     assert.ok(!again.output().includes('host started'));
+  });
+});
+
+describe('real drivers and runners through the whole system', () => {
+  let f: Fleet | undefined;
+  const saved = process.env.FAKE_ADB_STATE;
+  afterEach(async () => {
+    await f?.stop();
+    f = undefined;
+    if (saved === undefined) delete process.env.FAKE_ADB_STATE;
+    else process.env.FAKE_ADB_STATE = saved;
+  });
+
+  it('adb devices (fake adb) run goals through a command runner: progress lines, exit-code rules, argv only', async () => {
+    f = await startFleet('adb-command');
+    const dir = mkdtempSync(join(tmpdir(), 'fleet-adb-'));
+    const state = join(dir, 'adb.json');
+    writeFileSync(
+      state,
+      JSON.stringify({
+        devices:
+          'List of devices attached\nemulator-5554          device product:sdk_gphone64 model:Pixel_7 device:emu64 transport_id:1\n\n',
+        shell: { 'emulator-5554': {} },
+      }),
+    );
+    process.env.FAKE_ADB_STATE = state; // inherited by the host process, and by fake-adb through it
+    const script = [
+      'const goal = process.argv[1];',
+      'console.log("device " + process.env.FLEET_DEVICE_ID);',
+      'console.log("goal " + goal);',
+      'process.exit(goal.includes("retry") ? 75 : goal.includes("boom") ? 3 : 0);',
+    ].join('\n');
+    await f.spawnHost('A', [], {
+      config: {
+        driver: { type: 'adb', adbPath: join(__dirname, 'fixtures', 'fake-adb') },
+        runner: {
+          type: 'command',
+          command: [process.execPath, '-e', script],
+          goalAs: 'argument',
+          exitCodes: { done: [0], retryable: [75] },
+          killGraceMs: 1_000,
+        },
+      },
+    });
+    const device = await eventually(async () => (await f!.scheduler()).devices[0], 'adb device in the pool');
+    assert.equal(device.driverType, 'android');
+    assert.ok(device.tags.includes('model:Pixel_7'), device.tags.join(','));
+    const ok = await f.fleet.submit({
+      goal: 'open "settings"; rm -rf /tmp/nothing',
+      constraints: { driverType: 'android', tags: ['model:Pixel_7'] },
+    });
+    const boom = await f.fleet.submit({ goal: 'boom', constraints: { driverType: 'android' } });
+    const retry = await f.fleet.submit({
+      goal: 'retry',
+      constraints: { driverType: 'android' },
+      policy: { maxAttempts: 2 },
+    });
+    const [rOk, rBoom, rRetry] = await Promise.all([ok, boom, retry].map((t) => f!.fleet.wait(t.taskId)));
+    assert.equal(rOk.status, 'done');
+    assert.match(
+      rOk.result?.output ?? '',
+      /goal open "settings"; rm -rf \/tmp\/nothing/,
+      'the goal arrived verbatim as one argument',
+    );
+    assert.equal(rOk.attempts[0].deviceId, device.deviceId);
+    assert.ok((rOk.progress?.seq ?? 0) >= 1, 'output lines became progress');
+    assert.match(rOk.progress?.message ?? '', /^(device|goal) /);
+    assert.equal(rBoom.status, 'failed');
+    assert.equal(rBoom.attempts.length, 1, 'a terminal exit code is not retried');
+    assert.equal(rBoom.result?.reason, 'exit_code_3');
+    assert.equal(rRetry.status, 'failed');
+    assert.equal(rRetry.attempts.length, 2, 'a retryable exit code is retried up to maxAttempts');
   });
 });

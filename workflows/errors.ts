@@ -34,6 +34,7 @@ export const Reason = {
   AckTimeout: 'ack_timeout',
   ReservationExpired: 'reservation_expired',
   ForgedResult: 'forged_result',
+  HostRestarted: 'host_restarted',
   DeviceUnavailable: 'device_unavailable',
   ExecutionTimeout: 'execution_timeout',
   RunnerFailed: 'runner_failed',

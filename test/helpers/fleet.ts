@@ -25,6 +25,7 @@ import {
   type HostCredential,
 } from '../../host-worker/identity';
 import { startHost, type HostAgent, type HostOptions } from '../../host-worker/host';
+import type { HostConfigInput } from '../../host-worker/config';
 import { simDevices, type SimDeviceSpec } from '../../host-worker/sim';
 import { SignDomain } from '../../workflows/identity';
 import { schedulerWorkflowId } from '../../workflows/ids';
@@ -68,7 +69,14 @@ export interface Fleet {
   spawnHost(
     name: string,
     deviceIds: string[],
-    opts?: { hostTimeoutMs?: number; snapshotIntervalMs?: number; restart?: boolean; expectStart?: boolean },
+    opts?: {
+      hostTimeoutMs?: number;
+      snapshotIntervalMs?: number;
+      restart?: boolean;
+      expectStart?: boolean;
+      /** Replaces parts of the generated host config (e.g. another driver or runner). */
+      config?: Partial<HostConfigInput>;
+    },
   ): Promise<HostProcess>;
   /** The config file of a host spawned as a process (its journal sits beside it). */
   hostConfigPath(name: string): string | undefined;
@@ -239,6 +247,7 @@ export async function startFleet(name: string, opts: FleetOptions = {}): Promise
           defaultOutcome: 'done',
         },
         definitions: {},
+        ...spawnOpts.config,
       });
       procs.push(p);
       hostConfigs.set(n, (p as HostProcess & { configPath: string }).configPath);
