@@ -3,7 +3,7 @@
  * health, drain, and outbound-only operation.
  */
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, readdirSync, readlinkSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, readlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { hostWorkflowId } from '../workflows/ids';
@@ -258,5 +258,36 @@ describe('real drivers and runners through the whole system', () => {
     assert.equal(rBoom.result?.reason, 'exit_code_3');
     assert.equal(rRetry.status, 'failed');
     assert.equal(rRetry.attempts.length, 2, 'a retryable exit code is retried up to maxAttempts');
+  });
+
+  it('local driver: the host itself is one device; a failing health command takes it out of rotation until it passes', async () => {
+    f = await startFleet('local-driver');
+    const flag = join(mkdtempSync(join(tmpdir(), 'fleet-local-')), 'unhealthy');
+    writeFileSync(flag, 'x');
+    await f.spawnHost('A', [], {
+      config: {
+        driver: {
+          type: 'local',
+          deviceId: 'this-box',
+          driverType: 'linux',
+          tags: ['gpu'],
+          healthCheck: {
+            command: [process.execPath, '-e', 'process.exit(require("fs").existsSync(process.argv[1]) ? 1 : 0)', flag],
+          },
+        },
+      },
+    });
+    const dev = await eventually(async () => (await f!.scheduler()).devices[0], 'local device in the pool');
+    assert.deepEqual([dev.deviceId, dev.driverType, dev.tags, dev.health], ['this-box', 'linux', ['gpu'], 'unhealthy']);
+    const { taskId } = await f.fleet.submit({
+      goal: 'x [sim duration=50]',
+      constraints: { driverType: 'linux', tags: ['gpu'] },
+    });
+    await sleep(1_000);
+    assert.equal((await f.fleet.get(taskId)).status, 'queued', 'an unhealthy device gets nothing');
+    unlinkSync(flag);
+    const done = await f.fleet.wait(taskId);
+    assert.equal(done.status, 'done');
+    assert.equal(done.attempts[0].deviceId, 'this-box');
   });
 });

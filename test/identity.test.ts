@@ -172,3 +172,46 @@ describe('host identity', () => {
     }
   });
 });
+
+describe('host identity: forged results', () => {
+  let f: Fleet | undefined;
+  afterEach(async () => {
+    await f?.stop();
+    f = undefined;
+  });
+
+  it('A result completed by someone else (signed with another host key) is rejected; the task retries through A', async () => {
+    f = await startFleet('forged-result');
+    const a = await f.spawnHost('A', ['a1'], { hostTimeoutMs: 60_000 });
+    await eventually(async () => ((await f!.scheduler()).devices.length === 1 ? true : undefined), 'A online');
+    const credB = await f.enroll('B');
+    a.pause(); // the attempt waits for A; meanwhile B completes A's activity through Temporal by its id
+    const { taskId } = await f.fleet.submit({ goal: 'real work [sim duration=100]' });
+    const assigned = await f.waitForStatus(taskId, 'assigned');
+    const cur = assigned.current!;
+    const { events } = await f.client.workflow.getHandle(taskWorkflowId(taskId)).fetchHistory();
+    const activityId = events!.find((e) => e.activityTaskScheduledEventAttributes)!
+      .activityTaskScheduledEventAttributes!.activityId!;
+    const outcome = {
+      status: 'done' as const,
+      retryable: false,
+      output: 'forged by B',
+      claimedAt: Date.now(),
+      finishedAt: Date.now(),
+      lastProgressSeq: 0,
+    };
+    const body = { taskId, attempt: cur.attempt, leaseId: cur.leaseId, hostId: cur.hostId, outcome };
+    await f.client.activity.complete(
+      { workflowId: taskWorkflowId(taskId), activityId },
+      { outcome, sig: sign(credB, SignDomain.Result, body) },
+    );
+    const rejected = await f.waitFor(taskId, (t) => t.attempts[0]?.outcome !== undefined, 'attempt 1 judged');
+    assert.equal(rejected.attempts[0].outcome, 'retryable_failure');
+    assert.equal(rejected.attempts[0].reason, 'forged_result');
+    assert.notEqual(rejected.status, 'done');
+    a.resume();
+    const done = await f.waitForStatus(taskId, 'done', 30_000);
+    assert.match(done.result?.output ?? '', /simulated run on a1/);
+    assert.ok(!JSON.stringify(done).includes('forged by B'));
+  });
+});
