@@ -9,7 +9,12 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
+import { createServer as createHttpServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { WorkflowUpdateFailedError } from '@temporalio/client';
+import { createApp } from '../control-plane/rest/app';
+import { sha256Hex } from '../control-plane/rest/auth';
+import { JsonFileDefinitionsStore } from '../control-plane/rest/definitions/store';
 import { sign } from '../host-worker/identity';
 import { SignDomain } from '../workflows/identity';
 import { hostWorkflowId, taskWorkflowId } from '../workflows/ids';
@@ -22,6 +27,7 @@ import {
   supersededReportsAccepted,
   type Violation,
 } from './checks';
+import { fuzzRest } from './fuzz';
 import { Stack } from './stack';
 
 export type Fault =
@@ -31,7 +37,8 @@ export type Fault =
   | 'server-restart'
   | 'duplicates'
   | 'forged-reports'
-  | 'impersonation';
+  | 'impersonation'
+  | 'rest-fuzz';
 export const ALL_FAULTS: Fault[] = [
   'host-kill',
   'host-pause',
@@ -40,6 +47,7 @@ export const ALL_FAULTS: Fault[] = [
   'duplicates',
   'forged-reports',
   'impersonation',
+  'rest-fuzz',
 ];
 
 export interface ChaosOptions {
@@ -52,6 +60,7 @@ export interface ChaosOptions {
   seed: number;
   leaseMs: number;
   settleTimeoutMs: number;
+  fuzzRequests?: number;
   dir?: string;
   log?: (line: string) => void;
 }
@@ -71,6 +80,9 @@ export interface ChaosReport {
   impersonationsSent: number;
   impersonationsAccepted: number;
   devicesLeftReserved: number;
+  restRequests: number;
+  rest5xx: number;
+  restInvalidStateChanges: number;
   faultsInjected: string[];
   settleMs: number;
   violations: Violation[];
@@ -137,6 +149,9 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
     impersonationsSent: 0,
     impersonationsAccepted: 0,
     devicesLeftReserved: 0,
+    restRequests: 0,
+    rest5xx: 0,
+    restInvalidStateChanges: 0,
     faultsInjected: [],
     settleMs: 0,
     violations: [],
@@ -274,6 +289,43 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
           }
           return `3 forged/replayed reports at ${v.taskId}`;
         }
+        case 'rest-fuzz': {
+          const token = 'chaos-admin-token';
+          const app = createApp({
+            fleet: stack.fleet,
+            client: stack.client,
+            config: stack.config,
+            tokens: [{ name: 'chaos', role: 'admin', tokenSha256: sha256Hex(token) }],
+            definitions: new JsonFileDefinitionsStore(join(dir, 'definitions.json')),
+          });
+          const server = createHttpServer(app).listen(0, '127.0.0.1');
+          await new Promise((r) => server.once('listening', r));
+          const taskCount = async () => Number((await stack.client.workflow.count(`FleetKind = 'task'`)).count);
+          try {
+            const before = await taskCount();
+            const { port } = server.address() as AddressInfo;
+            const fuzz = await fuzzRest(
+              `http://127.0.0.1:${port}`,
+              [token, 'not-a-token'],
+              opts.fuzzRequests ?? 200,
+              opts.seed,
+            );
+            await sleep(1_500); // visibility lags
+            const after = await taskCount();
+            report.restRequests += fuzz.sent;
+            report.rest5xx += fuzz.fiveXX;
+            // Only accepted submissions may create tasks; everything else must change nothing.
+            const unexplained = Math.max(0, after - before - fuzz.created);
+            report.restInvalidStateChanges += unexplained;
+            for (const msg of fuzz.failures.slice(0, 10)) report.violations.push({ kind: 'REST fuzz', detail: msg });
+            if (unexplained > 0)
+              report.violations.push({ kind: 'REST invalid request changed state', detail: `${unexplained} tasks` });
+            return `${fuzz.sent} fuzzed REST requests (${JSON.stringify(fuzz.statuses)})`;
+          } finally {
+            server.closeAllConnections();
+            server.close();
+          }
+        }
         case 'impersonation': {
           const [a, b] = [hostIds[0], hostIds[1] ?? hostIds[0]];
           const snapshot = {
@@ -380,6 +432,8 @@ export function printReport(r: ChaosReport, log: (l: string) => void = console.l
     ['forged reports accepted', `${r.forgedReportsAccepted} of ${r.forgedReportsSent}`, 'must be 0'],
     ['impersonated snapshots accepted', `${r.impersonationsAccepted} of ${r.impersonationsSent}`, 'must be 0'],
     ['devices left reserved (task ended)', r.devicesLeftReserved, 'must be 0'],
+    ['REST requests (fuzz) / 5xx', `${r.restRequests} / ${r.rest5xx}`, '5xx must be 0'],
+    ['REST invalid requests that changed state', r.restInvalidStateChanges, 'must be 0'],
     ['faults injected', r.faultsInjected.length, ''],
     ['settle time after last fault', `${(r.settleMs / 1000).toFixed(1)} s`, ''],
   ];

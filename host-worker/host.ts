@@ -112,7 +112,9 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
   };
 
   const running = worker.run();
-  await sendSnapshot();
+  // The first snapshot may be refused (e.g. another process of this host reported a moment later
+  // than us); the loop keeps trying, so it is not fatal. A host that is not enrolled says so here.
+  await sendSnapshot().catch((err) => opts.log?.('first snapshot not accepted; retrying', { error: String(err) }));
   // Single flight: while the control plane cannot answer (restarting, server down), snapshots must
   // not pile up as in-flight updates on the host workflow; the next tick sends a fresh one.
   let inFlight = false;

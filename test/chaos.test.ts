@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { ALL_FAULTS, printReport, runChaos } from '../chaos/run';
 
 describe('chaos (short variant)', () => {
-  it('every fault once while tasks flow: nothing lost, no overlap, no superseded or forged report accepted', async function () {
+  it('every fault once while tasks flow: nothing lost, no overlap, no superseded or forged report accepted, no REST 5xx', async function () {
     this.timeout(600_000);
     const lines: string[] = [];
     const report = await runChaos({
@@ -18,6 +18,7 @@ describe('chaos (short variant)', () => {
       seed: 42,
       leaseMs: 2_000,
       settleTimeoutMs: 240_000,
+      fuzzRequests: 150,
       log: (l) => lines.push(l),
     });
     printReport(report, (l) => lines.push(l));
@@ -29,6 +30,9 @@ describe('chaos (short variant)', () => {
     assert.equal(report.forgedReportsSent, 3, summary);
     assert.ok(report.reservations >= 16, summary);
     assert.equal(report.impersonationsSent, 1, summary);
+    assert.ok(report.restRequests >= 140, summary);
+    assert.equal(report.rest5xx, 0, summary);
+    assert.equal(report.restInvalidStateChanges, 0, summary);
     assert.deepEqual(report.violations, [], summary);
   });
 });
