@@ -1,6 +1,7 @@
 import { Router } from 'express';
 import { hostWorkflowId } from '../../../workflows/ids';
 import { setDeviceDrainSignal, setHostDrainSignal } from '../../../workflows/messages';
+import { enrollHost } from '../../hosts';
 import { requireRole } from '../auth';
 import type { RestDeps } from '../context';
 import { HttpProblem } from '../problem';
@@ -9,10 +10,12 @@ import { parsed, validate } from '../validate';
 import {
   DeviceParamsSchema,
   DevicesQuerySchema,
+  EnrollHostBodySchema,
   HostParamsSchema,
   HostsQuerySchema,
   type DeviceList,
   type DrainResult,
+  type EnrollResult,
   type HostList,
 } from './schemas';
 import { loadFleetState, presentDevices, presentHosts } from './state';
@@ -21,6 +24,7 @@ const Hosts = { query: HostsQuerySchema };
 const Devices = { query: DevicesQuerySchema };
 const OneHost = { params: HostParamsSchema };
 const OneDevice = { params: DeviceParamsSchema };
+const Enroll = { params: HostParamsSchema, body: EnrollHostBodySchema };
 
 const hostMissing = (hostId: string) => new HttpProblem('notFound', `host ${hostId} not found`);
 
@@ -41,6 +45,20 @@ export function hostsRouter(deps: RestDeps): Router {
     const host = presentHosts(state).find((h) => h.hostId === params.hostId);
     if (!host) throw hostMissing(params.hostId);
     res.json(host);
+  });
+
+  // Admin only: enrols a host's public keys (signal-with-start of its host workflow). Re-enrolling
+  // a running host rotates its keys; its pool stays what it was.
+  r.put('/:hostId/keys', requireRole('admin'), validate(Enroll), async (_req, res) => {
+    const { params, body } = parsed(res, Enroll);
+    const existing = (await hostRunning(client, params.hostId)) ? await hostState(client, params.hostId) : undefined;
+    if (existing && body.pool !== undefined && body.pool !== existing.pool) {
+      throw new HttpProblem('conflict', `host ${params.hostId} is enrolled in pool ${existing.pool}, not ${body.pool}`);
+    }
+    const pool = existing?.pool ?? body.pool ?? config.defaultPool;
+    await enrollHost(client, config, { hostId: params.hostId, pool, keys: body.keys });
+    res.status(existing ? 200 : 201).location(`/v1/hosts/${encodeURIComponent(params.hostId)}`);
+    res.json({ hostId: params.hostId, pool, created: !existing } satisfies EnrollResult);
   });
 
   for (const [action, drained] of [

@@ -60,3 +60,26 @@ export const DrainResultSchema = z.object({
   drained: z.boolean(),
 });
 export type DrainResult = z.infer<typeof DrainResultSchema>;
+
+const PublicKeyHexSchema = z
+  .string()
+  .regex(/^[0-9a-f]{64}$/, 'a 32-byte public key in lowercase hex (64 characters)')
+  .describe('public key, hex');
+
+/**
+ * PUT /v1/hosts/:hostId/keys: enrols (or rotates) a host's PUBLIC keys. The credential is made
+ * where the operator runs `fleet hosts add`; its private halves never reach the API.
+ */
+export const EnrollHostBodySchema = z.strictObject({
+  pool: IdSchema.optional().describe('the host pool (default: the configured default pool)'),
+  keys: z.strictObject({ signing: PublicKeyHexSchema, box: PublicKeyHexSchema }),
+});
+export type EnrollHostBody = z.infer<typeof EnrollHostBodySchema>;
+
+export const EnrollResultSchema = z.object({
+  hostId: z.string(),
+  pool: z.string(),
+  /** False when a running host workflow already existed (key rotation / re-enrolment). */
+  created: z.boolean(),
+});
+export type EnrollResult = z.infer<typeof EnrollResultSchema>;
