@@ -16,6 +16,8 @@ import {
   DeviceParamsSchema,
   DevicesQuerySchema,
   DrainResultSchema,
+  EnrollHostBodySchema,
+  EnrollResultSchema,
   HostListSchema,
   HostParamsSchema,
   HostResourceSchema,
@@ -42,6 +44,8 @@ const components = {
   HostList: [HostListSchema, 'output'],
   DeviceList: [DeviceListSchema, 'output'],
   DrainResult: [DrainResultSchema, 'output'],
+  EnrollHostBody: [EnrollHostBodySchema, 'input'],
+  EnrollResult: [EnrollResultSchema, 'output'],
   WorkflowDefinition: [WorkflowDefinitionSchema, 'input'],
   DefinitionStepsBody: [DefinitionStepsBodySchema, 'input'],
   StoredDefinition: [StoredDefinitionSchema, 'output'],
@@ -136,6 +140,19 @@ const operations: Operation[] = [
     params: HostParamsSchema,
     ok: [[200, 'the host', 'HostResource']],
     errors: ['validation', ...AUTH_ERRORS, 'notFound'],
+  },
+  {
+    method: 'put',
+    path: '/v1/hosts/{hostId}/keys',
+    summary: 'Enrol a host (or rotate its keys): its public keys only (admin)',
+    roles: ['admin'],
+    params: HostParamsSchema,
+    body: 'EnrollHostBody',
+    ok: [
+      [201, 'enrolled', 'EnrollResult'],
+      [200, 'keys rotated', 'EnrollResult'],
+    ],
+    errors: ['validation', ...AUTH_ERRORS, 'conflict'],
   },
   ...(['drain', 'undrain'] as const).flatMap((action): Operation[] => [
     {
