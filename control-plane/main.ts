@@ -1,32 +1,72 @@
 /**
  * `npm run control-plane`: the control-plane worker (every fleet workflow + control activities).
  * Configuration: FLEET_CONFIG (JSON file), FLEET_STRATEGY, FLEET_TASK_QUEUE; Temporal: TEMPORAL_*.
+ * Observability: structured JSON logs on stdout (FLEET_LOG_LEVEL, default info), the SDK's own and
+ * workflow logs included; the SDK's Prometheus metrics on FLEET_SDK_METRICS_ADDRESS
+ * (default 127.0.0.1:9464, path /metrics; "off" disables it).
  */
+import { Runtime } from '@temporalio/worker';
 import { loadControlPlaneConfig } from './config';
 import { connectClient, connectWorker, temporalSettingsFromEnv } from './connection';
+import { createLog, SdkJsonLogger } from './log';
 import { createControlPlaneWorker, ensurePools } from './worker';
+
+const log = createLog('control-plane');
+
+function sdkMetricsAddress(env: NodeJS.ProcessEnv = process.env): string | undefined {
+  const raw = env.FLEET_SDK_METRICS_ADDRESS ?? `127.0.0.1:${env.FLEET_SDK_METRICS_PORT ?? 9464}`;
+  return raw === 'off' ? undefined : raw;
+}
+
+/**
+ * Installs the SDK runtime (once per process, before any worker or native connection). A busy metrics
+ * port does not stop the control plane: it runs without SDK metrics and says so. Returns the bound address.
+ */
+function installRuntime(metricsAddress: string | undefined): string | undefined {
+  const logging = { filter: { core: 'WARN', other: 'ERROR' }, forward: {} } as const;
+  const logger = new SdkJsonLogger('temporal');
+  if (metricsAddress) {
+    try {
+      Runtime.install({
+        logger,
+        telemetryOptions: { logging, metrics: { prometheus: { bindAddress: metricsAddress } } },
+      });
+      return metricsAddress;
+    } catch (err) {
+      log.warn('SDK metrics exporter not started; running without it', { address: metricsAddress, error: err });
+    }
+  }
+  Runtime.install({ logger, telemetryOptions: { logging } });
+  return undefined;
+}
 
 async function main(): Promise<void> {
   const config = loadControlPlaneConfig(); // a bad strategy name stops us here, before anything starts
+  const metricsAddress = installRuntime(sdkMetricsAddress());
   const settings = temporalSettingsFromEnv();
   const client = await connectClient(settings);
   const connection = await connectWorker(settings);
   const worker = await createControlPlaneWorker({ connection, client, config, namespace: settings.namespace });
   const running = worker.run(); // the schedulers need a running worker to apply their configuration
   await ensurePools(client, config);
-  const log = (message: string, fields: Record<string, unknown> = {}) =>
-    console.log(JSON.stringify({ level: 'info', component: 'control-plane', message, ...fields }));
-  log('control plane started', { taskQueue: config.controlTaskQueue, pools: Object.keys(config.pools) });
-  const stop = () => worker.shutdown();
+  log.info('control plane started', {
+    taskQueue: config.controlTaskQueue,
+    pools: Object.keys(config.pools),
+    sdkMetrics: metricsAddress ? `http://${metricsAddress}/metrics` : 'off',
+  });
+  // The SDK runtime already shuts the worker down on SIGINT/SIGTERM; this covers runtimes installed without that.
+  const stop = () => {
+    if (worker.getState() === 'RUNNING') worker.shutdown();
+  };
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);
   await running;
-  log('control plane stopped');
+  log.info('control plane stopped');
   await connection.close();
   await client.connection.close();
 }
 
-main().catch((err) => {
-  console.error(err instanceof Error ? `${err.name}: ${err.message}` : err);
+main().catch((err: unknown) => {
+  log.error('control plane failed', { error: err });
   process.exit(1);
 });

@@ -5,17 +5,23 @@
  *   FLEET_DEFINITIONS     JSON file of workflow definitions (default .data/workflow-definitions.json)
  *   FLEET_CURSOR_KEY      secret that signs list cursors; set the same on every replica (default: random)
  *   FLEET_CONFIG, FLEET_TASK_QUEUE, FLEET_STRATEGY, TEMPORAL_*: as for the control plane
+ *   FLEET_LOG_LEVEL       structured JSON logs on stdout at this level and above (default info)
+ * GET /metrics serves the fleet's application metrics (control-plane/metrics.ts) and this process's
+ * Node.js metrics (prefix fleet_rest_).
  */
 import { createHash } from 'node:crypto';
 import type { Server } from 'node:http';
+import { collectDefaultMetrics } from 'prom-client';
 import { FleetClient } from './client';
 import { loadControlPlaneConfig } from './config';
 import { connectClient, temporalSettingsFromEnv } from './connection';
+import { createLog } from './log';
 import { createApp } from './rest/app';
 import { loadApiTokens } from './rest/auth';
 import { JsonFileDefinitionsStore } from './rest/definitions/store';
 
 const SHUTDOWN_GRACE_MS = 10_000;
+const log = createLog('rest');
 
 function parsePort(raw: string | undefined): number {
   const port = Number(raw ?? 8080);
@@ -28,6 +34,7 @@ async function main(): Promise<void> {
   const tokens = loadApiTokens(process.env.FLEET_API_TOKENS);
   const port = parsePort(process.env.PORT);
   const definitions = new JsonFileDefinitionsStore(process.env.FLEET_DEFINITIONS ?? '.data/workflow-definitions.json');
+  collectDefaultMetrics({ prefix: 'fleet_rest_' });
   const client = await connectClient(temporalSettingsFromEnv());
   const cursorKey = process.env.FLEET_CURSOR_KEY
     ? createHash('sha256').update(process.env.FLEET_CURSOR_KEY).digest()
@@ -38,20 +45,20 @@ async function main(): Promise<void> {
     config,
     tokens,
     definitions,
-    options: { cursorKey },
+    options: { cursorKey, log: (message, meta) => log.error(message, meta) },
   });
 
   const server: Server = await new Promise((resolve, reject) => {
     const s = app.listen(port, (err?: Error) => (err ? reject(err) : resolve(s)));
   });
   const address = server.address();
-  console.log(`REST facade listening on ${typeof address === 'object' && address ? address.port : port}`);
+  log.info('REST facade listening', { port: typeof address === 'object' && address ? address.port : port });
 
   let stopping = false;
   const shutdown = (signal: string) => {
     if (stopping) return;
     stopping = true;
-    console.log(`${signal}: shutting down`);
+    log.info('shutting down', { signal });
     const force = setTimeout(() => server.closeAllConnections(), SHUTDOWN_GRACE_MS);
     force.unref();
     server.close(() => {
@@ -66,6 +73,6 @@ async function main(): Promise<void> {
 }
 
 main().catch((err: unknown) => {
-  console.error((err as Error)?.message ?? err);
+  log.error('REST facade failed', { error: err });
   process.exit(1);
 });

@@ -5,6 +5,7 @@
 import express, { type Express } from 'express';
 import { authenticate } from './auth';
 import type { RestDeps } from './context';
+import { metricsRoute } from '../metrics';
 import { definitionsRouter } from './definitions/router';
 import { devicesRouter, hostsRouter } from './fleet/router';
 import { healthRouter } from './health/router';
@@ -25,6 +26,7 @@ export function createApp(deps: RestDeps): Express {
 
   const openapi = buildOpenApiDocument();
   app.use(healthRouter(deps));
+  app.get('/metrics', metricsRoute(deps)); // Prometheus text format, unauthenticated (see ../metrics.ts)
   app.get('/openapi.json', (_req, res) => {
     res.json(openapi);
   });
