@@ -300,9 +300,17 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
           });
           const server = createHttpServer(app).listen(0, '127.0.0.1');
           await new Promise((r) => server.once('listening', r));
-          const taskCount = async () => Number((await stack.client.workflow.count(`FleetKind = 'task'`)).count);
+          // Task workflows that are not the workload's own (which keeps submitting meanwhile).
+          const foreignTasks = async () => {
+            const ids = new Set<string>();
+            for await (const wf of stack.client.workflow.list({ query: `FleetKind = 'task'` })) {
+              const id = wf.workflowId.replace(/^task\//, '');
+              if (!admitted.has(id) && !id.startsWith(`chaos-${opts.seed}-`)) ids.add(id);
+            }
+            return ids.size;
+          };
           try {
-            const before = await taskCount();
+            const before = await foreignTasks();
             const { port } = server.address() as AddressInfo;
             const fuzz = await fuzzRest(
               `http://127.0.0.1:${port}`,
@@ -311,7 +319,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
               opts.seed,
             );
             await sleep(1_500); // visibility lags
-            const after = await taskCount();
+            const after = await foreignTasks();
             report.restRequests += fuzz.sent;
             report.rest5xx += fuzz.fiveXX;
             // Only accepted submissions may create tasks; everything else must change nothing.
