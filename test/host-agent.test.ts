@@ -291,3 +291,51 @@ describe('real drivers and runners through the whole system', () => {
     assert.equal(done.attempts[0].deviceId, 'this-box');
   });
 });
+
+describe('command runner lifecycle through the whole system', () => {
+  let f: Fleet | undefined;
+  afterEach(async () => {
+    await f?.stop();
+    f = undefined;
+  });
+
+  it('Cancelling a running task stops the command: SIGTERM to its whole process group (child included)', async () => {
+    f = await startFleet('command-cancel');
+    const dir = mkdtempSync(join(tmpdir(), 'fleet-cmd-'));
+    const pids = join(dir, 'pids');
+    // The runner starts a child of its own and writes both pids; both must be gone after the cancel.
+    const script = [
+      'const { spawn } = require("child_process");',
+      'const child = spawn(process.execPath, ["-e", "setInterval(() => {}, 1000)"], { stdio: "ignore" });',
+      `require("fs").writeFileSync(${JSON.stringify(pids)}, process.pid + " " + child.pid);`,
+      'setInterval(() => console.log("tick"), 200);',
+    ].join('\n');
+    await f.spawnHost('A', ['a1'], {
+      config: {
+        runner: {
+          type: 'command',
+          command: [process.execPath, '-e', script],
+          goalAs: 'env',
+          exitCodes: { done: [0], retryable: [] },
+          killGraceMs: 1_000,
+        },
+      },
+    });
+    const { taskId } = await f.fleet.submit({ goal: 'run until cancelled' });
+    await f.waitFor(taskId, (t) => (t.progress?.seq ?? 0) >= 2, 'ticks as progress');
+    const [parent, child] = readFileSync(pids, 'utf8').split(' ').map(Number);
+    const alive = (pid: number) => {
+      try {
+        process.kill(pid, 0);
+        return !readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.startsWith('Z');
+      } catch {
+        return false;
+      }
+    };
+    assert.ok(alive(parent) && alive(child));
+    await f.fleet.cancel(taskId);
+    const t = await f.waitForStatus(taskId, 'cancelled');
+    assert.equal(t.attempts.length, 1);
+    await eventually(async () => (!alive(parent) && !alive(child) ? true : undefined), 'process group gone', 10_000);
+  });
+});

@@ -180,7 +180,7 @@ describe('host identity: forged results', () => {
     f = undefined;
   });
 
-  it('A result completed by someone else (signed with another host key) is rejected; the task retries through A', async () => {
+  it('A forged result (another host key) is rejected and the task retries through A; a replayed result changes nothing', async () => {
     f = await startFleet('forged-result');
     const a = await f.spawnHost('A', ['a1'], { hostTimeoutMs: 60_000 });
     await eventually(async () => ((await f!.scheduler()).devices.length === 1 ? true : undefined), 'A online');
@@ -213,5 +213,14 @@ describe('host identity: forged results', () => {
     const done = await f.waitForStatus(taskId, 'done', 30_000);
     assert.match(done.result?.output ?? '', /simulated run on a1/);
     assert.ok(!JSON.stringify(done).includes('forged by B'));
+    // Replayed: a correctly signed result (A's own key) for the closed attempt 1 is refused by Temporal.
+    const credA = await f.enroll('A');
+    await assert.rejects(
+      f.client.activity.complete(
+        { workflowId: taskWorkflowId(taskId), activityId },
+        { outcome, sig: sign(credA, SignDomain.Result, body) },
+      ),
+    );
+    assert.deepEqual(await f.fleet.get(taskId), done, 'the replayed result changed nothing');
   });
 });
