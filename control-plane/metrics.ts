@@ -121,7 +121,7 @@ export function createFleetMetrics(opts: FleetMetricsOptions): FleetMetrics {
         fill(this, r);
       },
     });
-  const schedulerCounter = (name: string, help: string, key: keyof SchedulerCounters) =>
+  const schedulerCounter = (name: string, help: string, key: Exclude<keyof SchedulerCounters, 'attemptEnds'>) =>
     new Counter({
       name,
       help,
@@ -188,6 +188,22 @@ export function createFleetMetrics(opts: FleetMetricsOptions): FleetMetrics {
     'Device reservations released back to the pool, for any reason (end, cancel, lease expiry, hold expiry)',
     'releases',
   );
+  new Counter({
+    name: 'fleet_attempts_ended_total',
+    help: 'Attempts ended, by outcome (done, lease_expired, dispatch_failed, retryable_failure, failed, cancelled, ...) and reason class (ack_timeout, device_unavailable, ...)',
+    labelNames: ['pool', 'outcome', 'reason'],
+    registers: [registry],
+    async collect() {
+      const r = await readings();
+      this.reset();
+      for (const { pool, view } of r) {
+        for (const [key, n] of Object.entries(view?.counters.attemptEnds ?? {})) {
+          const [outcome, reason] = key.split('|');
+          this.inc({ pool, outcome, reason }, n);
+        }
+      }
+    },
+  });
   gauge(
     'fleet_visibility_up',
     '1 if Temporal visibility answered the task counts at this scrape, else 0',

@@ -78,5 +78,7 @@ describe('GET /metrics', () => {
       assert.equal(value(samples, 'fleet_tasks', { pool, status }), 0, status);
     }
     assert.equal(value(samples, 'fleet_tasks_retried', { pool }), 0);
+    assert.equal(value(samples, 'fleet_attempts_ended_total', { pool, outcome: 'done', reason: '' }), 1);
+    assert.equal(value(samples, 'fleet_attempts_ended_total', { pool, outcome: 'failed', reason: 'runner_failed' }), 1);
   });
 });

@@ -65,7 +65,7 @@ export async function deviceWorkflow(input: DeviceInput): Promise<never> {
     { key: FleetDeviceId, value: deviceId },
   ]);
 
-  const release = (r: Reservation, reason: string): void => {
+  const release = (r: Reservation, reason: string, detail?: string): void => {
     if (view.current?.leaseId !== r.leaseId) return;
     view.current = undefined;
     view.recent.push({ ...r, releasedAt: Date.now(), releaseReason: reason });
@@ -81,6 +81,7 @@ export async function deviceWorkflow(input: DeviceInput): Promise<never> {
           leaseId: r.leaseId,
           taskId: r.taskId,
           reason,
+          detail,
         }),
         (err) => log.warn('could not tell a scheduler about a release', { pool, error: String(err) }),
       );
@@ -141,8 +142,8 @@ export async function deviceWorkflow(input: DeviceInput): Promise<never> {
     if (cur?.leaseId === leaseId && cur.expiresAt <= Date.now()) release(cur, 'hold_expired');
   });
 
-  setHandler(releaseDeviceSignal, ({ leaseId, reason }) => {
-    if (view.current?.leaseId === leaseId) release(view.current, reason);
+  setHandler(releaseDeviceSignal, ({ leaseId, reason, detail }) => {
+    if (view.current?.leaseId === leaseId) release(view.current, reason, detail);
   });
 
   describe();

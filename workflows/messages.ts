@@ -44,7 +44,10 @@ export interface DeviceReleased {
   deviceId: string;
   leaseId: string;
   taskId: string;
+  /** How the attempt ended (done, lease_expired, dispatch_failed, cancelled, ...), or why the device freed itself. */
   reason: string;
+  /** The finer class, e.g. ack_timeout / device_unavailable for a dispatch failure. */
+  detail?: string;
 }
 export interface ReservationRefused {
   hostId: string;
@@ -80,6 +83,8 @@ export interface SchedulerCounters {
   assignments: number;
   refusals: number;
   releases: number;
+  /** Attempts ended, by `reason|detail` as the device reported them (lease expiries, dispatch failures by class, ...). */
+  attemptEnds?: Record<string, number>;
 }
 
 export const enqueueTaskSignal = defineSignal<[EnqueueRequest]>('enqueueTask');
@@ -120,7 +125,8 @@ export interface DeviceView {
 export const reserveDeviceSignal = defineSignal<[ReservationRequest]>('reserveDevice');
 /** Scheduler -> device: the hold of this lease is past its deadline; free the device if it still holds it. */
 export const expireHoldSignal = defineSignal<[{ leaseId: string }]>('expireHold');
-export const releaseDeviceSignal = defineSignal<[{ leaseId: string; reason: string }]>('releaseDevice');
+export const releaseDeviceSignal =
+  defineSignal<[{ leaseId: string; reason: string; detail?: string }]>('releaseDevice');
 export const deviceStateQuery = defineQuery<DeviceView>('deviceState');
 
 // ---- host/<hostId> ----

@@ -253,6 +253,8 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     if (held.get(k)?.leaseId === r.leaseId) {
       held.delete(k);
       counters.releases++;
+      const end = `${r.reason}|${r.detail ?? ''}`;
+      counters.attemptEnds = { ...counters.attemptEnds, [end]: (counters.attemptEnds?.[end] ?? 0) + 1 };
       dirty = true;
     }
   });

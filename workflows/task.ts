@@ -297,7 +297,7 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
         record.reason = c.reason;
         record.message = c.message;
         state.current = undefined;
-        await uncancellable(() => releaseDevice(record, c.outcome));
+        await uncancellable(() => releaseDevice(record, c.outcome, c.reason));
 
         if (c.outcome === 'done') return finish(state, { status: 'done', output: c.message });
         if (c.outcome === 'cancelled') return finish(state, { status: 'cancelled', reason: Reason.Cancelled });
@@ -403,9 +403,9 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
     }
   }
 
-  async function releaseDevice(record: AttemptRecord, reason: string): Promise<void> {
+  async function releaseDevice(record: AttemptRecord, reason: string, detail?: string): Promise<void> {
     await getExternalWorkflowHandle(deviceWorkflowId(record.hostId, record.deviceId))
-      .signal(releaseDeviceSignal, { leaseId: record.leaseId, reason })
+      .signal(releaseDeviceSignal, { leaseId: record.leaseId, reason, detail })
       .catch((e) => log.warn('release failed; the device frees itself at its hold deadline', { error: String(e) }));
   }
 
