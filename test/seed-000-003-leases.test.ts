@@ -318,6 +318,12 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
       t.attempts[1].assignedAt > t.attempts[0].endedAt!,
       'the second attempt came after the first was released',
     );
+    // The pool counts dispatch failures by class (exported as fleet_attempts_ended_total).
+    await eventually(
+      async () =>
+        (await f!.scheduler()).counters.attemptEnds?.['dispatch_failed|ack_timeout'] === 2 ? true : undefined,
+      'two ack timeouts counted',
+    );
     assert.equal((await device(f.hostId('h1'), 'd1')).current, undefined);
     await assertNoOverlappingReservations(f.client, [{ hostId: f.hostId('h1'), deviceId: 'd1' }]);
   });
