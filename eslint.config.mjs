@@ -9,7 +9,7 @@ import { builtinModules } from 'node:module';
 const nodeBuiltins = [...builtinModules, ...builtinModules.map((m) => `node:${m}`)];
 
 export default tseslint.config(
-  { ignores: ['node_modules/**', '.data/**', 'lib/**', 'eslint.config.mjs', 'scripts/**/*.mjs', 'test/reporter.js'] },
+  { ignores: ['node_modules/**', '.data/**', 'lib/**', 'eslint.config.mjs', 'scripts/**/*.mjs', 'test/reporter.js', 'bin/**', 'bench/_dbg*.ts'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
