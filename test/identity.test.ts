@@ -129,7 +129,10 @@ describe('host identity', () => {
     const a = await f.spawnHost('A', ['a1'], { hostTimeoutMs: 60_000 });
     await eventually(async () => ((await f!.scheduler()).devices.length === 1 ? true : undefined), 'A online');
     const credB = await f.enroll('B');
-    a.pause(); // A cannot poll: only the rogue worker can take the attempt
+    // A is gone (SIGKILL closes its connections, so no poll of A's stays open on the server; a
+    // SIGSTOPped A could still be handed the task): only the rogue worker can take the attempt.
+    a.kill('SIGKILL');
+    await a.exited;
     let rogueRan = 0;
     const env = testEnv();
     const rogue = await Worker.create({
@@ -157,7 +160,7 @@ describe('host identity', () => {
     );
     assert.equal(rogueRan, 0, 'the rogue could not even decode the sealed assignment');
     assert.equal(afterRogue.attempts[0].outcome, 'retryable_failure');
-    a.resume();
+    await f.spawnHost('A', ['a1'], { restart: true, hostTimeoutMs: 60_000 });
     const done = await f.waitForStatus(taskId, 'done', 30_000);
     assert.equal(done.attempts.at(-1)?.hostId, f.hostId('A'));
     assert.match(done.result?.output ?? '', /simulated run on a1/);
