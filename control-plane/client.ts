@@ -55,11 +55,11 @@ export class TaskNotFoundError extends Error {
 
 const id = z.string().refine(isValidId, { message: ID_RULE });
 /** Like TaskPolicySchema but without defaults: `.partial()` would still fill zod defaults in. */
-const TaskPolicyOverrideSchema = z.object({
+export const TaskPolicyOverrideSchema = z.strictObject({
   maxAttempts: z.number().int().positive().max(MAX_ATTEMPTS_LIMIT).optional(),
   maxDispatchFailures: z.number().int().positive().optional(),
   backoff: z
-    .object({
+    .strictObject({
       initialMs: z.number().int().nonnegative().optional(),
       multiplier: z.number().min(1).optional(),
       maxMs: z.number().int().nonnegative().optional(),

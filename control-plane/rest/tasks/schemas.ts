@@ -1,6 +1,6 @@
 import { z } from 'zod';
-import { MAX_ATTEMPTS_LIMIT } from '../../../workflows/policy';
 import { TERMINAL_STATUSES, type TaskStatus } from '../../../workflows/types';
+import { TaskPolicyOverrideSchema } from '../../client';
 import { StepSchema } from '../definitions/schemas';
 import { IdSchema, TimestampSchema } from '../schemas';
 
@@ -26,20 +26,8 @@ export type TaskIdParams = z.infer<typeof TaskIdParamsSchema>;
 export const SubmitHeadersSchema = z.object({ 'idempotency-key': IdSchema.optional() });
 export type SubmitHeaders = z.infer<typeof SubmitHeadersSchema>;
 
-export const PolicyOverrideSchema = z.strictObject({
-  maxAttempts: z.number().int().positive().max(MAX_ATTEMPTS_LIMIT).optional(),
-  maxDispatchFailures: z.number().int().positive().optional(),
-  backoff: z
-    .strictObject({
-      initialMs: z.number().int().nonnegative().optional(),
-      multiplier: z.number().min(1).optional(),
-      maxMs: z.number().int().nonnegative().optional(),
-    })
-    .optional(),
-  ackTimeoutMs: z.number().int().positive().optional(),
-  leaseTimeoutMs: z.number().int().positive().optional(),
-  executionTimeoutMs: z.number().int().positive().optional(),
-});
+/** The same overrides the typed client takes (one schema for both). */
+export const PolicyOverrideSchema = TaskPolicyOverrideSchema;
 export type PolicyOverride = z.infer<typeof PolicyOverrideSchema>;
 
 export const ConstraintsSchema = z.strictObject({
