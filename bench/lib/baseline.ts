@@ -1,0 +1,86 @@
+/**
+ * The baseline side of a scenario: a worker for the baseline workflow on its own task queue and
+ * `hosts` in-process activity workers, one per host task queue, each with `slots` concurrent
+ * activities (= devices) and the same poller count as the fleet's hosts.
+ */
+import { Worker } from '@temporalio/worker';
+import type { BaselineActivities, baselineTaskWorkflow } from '../baseline-workflows';
+import type { BenchEnv } from './env';
+import { currentHostPollers } from './fleet';
+import { mapLimit, uid, waitUntil } from './util';
+
+export interface BaselineFleet {
+  workflowQueue: string;
+  hostQueues: string[];
+  /** performance.now() when the activity started, by task id. */
+  starts: Map<string, number>;
+  /** Starts the baseline workflow for a task on host queue `i % hosts`; resolves once started. */
+  submit(taskId: string, i: number): Promise<void>;
+  workflowId(taskId: string): string;
+  waitForCount(n: number, timeoutMs: number): Promise<true>;
+  stop(): Promise<void>;
+}
+
+export async function startBaseline(be: BenchEnv, name: string, hosts: number, slots: number): Promise<BaselineFleet> {
+  const suffix = uid(name);
+  const workflowQueue = `bench.base.${suffix}`;
+  const hostQueues = Array.from({ length: hosts }, (_, i) => `bench.base.${suffix}.h${i}`);
+  const starts = new Map<string, number>();
+  const activities: BaselineActivities = {
+    async run(taskId) {
+      if (!starts.has(taskId)) starts.set(taskId, performance.now());
+    },
+    async hold() {
+      throw new Error('not served in-process');
+    },
+  };
+  const pollers = currentHostPollers();
+  const workers: Worker[] = [
+    await Worker.create({
+      connection: be.env.nativeConnection,
+      namespace: be.namespace,
+      taskQueue: workflowQueue,
+      workflowBundle: be.baselineBundle,
+      identity: `bench-base-wf-${suffix}`,
+    }),
+  ];
+  workers.push(
+    ...(await mapLimit(hostQueues, 10, (taskQueue) =>
+      Worker.create({
+        connection: be.env.nativeConnection,
+        namespace: be.namespace,
+        taskQueue,
+        activities,
+        maxConcurrentActivityTaskExecutions: slots,
+        ...(pollers !== undefined ? { maxConcurrentActivityTaskPolls: pollers } : {}),
+        identity: `bench-base-${taskQueue}`,
+      }),
+    )),
+  );
+  const runs = workers.map((w) => w.run());
+  const workflowId = (taskId: string) => `base/${suffix}/${taskId}`;
+  return {
+    workflowQueue,
+    hostQueues,
+    starts,
+    workflowId,
+    async submit(taskId, i) {
+      await be.env.client.workflow.start<typeof baselineTaskWorkflow>('baselineTaskWorkflow', {
+        workflowId: workflowId(taskId),
+        taskQueue: workflowQueue,
+        args: [{ taskId, taskQueue: hostQueues[i % hostQueues.length] }],
+      });
+    },
+    waitForCount: (n, timeoutMs) =>
+      waitUntil(
+        () => (starts.size >= n ? true : undefined),
+        () => `${n} baseline activities to start (${starts.size} did)`,
+        timeoutMs,
+        20,
+      ),
+    async stop() {
+      for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();
+      await Promise.all(runs.map((r) => r.catch(() => undefined)));
+    },
+  };
+}

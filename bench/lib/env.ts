@@ -1,0 +1,82 @@
+/**
+ * The benchmark's own Temporal dev server (the real `temporal` CLI, SQLite in memory, the fleet's
+ * search attributes, Prometheus metrics on a loopback port) and the two workflow bundles: the
+ * fleet's workflows and the baseline workflow, bundled separately.
+ */
+import { execFileSync } from 'node:child_process';
+import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { bundleWorkflowCode, DefaultLogger, Runtime, type WorkflowBundle } from '@temporalio/worker';
+import { temporalCliPath } from '../../control-plane/temporal-cli';
+import { ALL_SEARCH_ATTRIBUTES } from '../../workflows/search-attributes';
+import { CpuMeter, findServerPid } from './cpu';
+import { freePort, log } from './util';
+
+export interface BenchEnv {
+  env: TestWorkflowEnvironment;
+  fleetBundle: WorkflowBundle;
+  baselineBundle: WorkflowBundle;
+  metricsUrl: string;
+  temporalVersion: string;
+  namespace: string;
+  /** CPU of this process, the dev server and the machine. */
+  cpu: CpuMeter;
+}
+
+export async function startBenchEnv(): Promise<BenchEnv> {
+  Runtime.install({ logger: new DefaultLogger(process.env.BENCH_LOG === '1' ? 'INFO' : 'ERROR') });
+  const path = temporalCliPath();
+  const temporalVersion = execFileSync(path, ['--version'], { encoding: 'utf8' }).trim();
+  const metricsPort = await freePort();
+  const started = Date.now();
+  const [env, fleetBundle, baselineBundle] = await Promise.all([
+    TestWorkflowEnvironment.createLocal({
+      server: {
+        executable: { type: 'existing-path', path },
+        ip: '127.0.0.1',
+        searchAttributes: ALL_SEARCH_ATTRIBUTES,
+        extraArgs: ['--log-level', 'error', '--metrics-port', String(metricsPort)],
+      },
+    }),
+    bundleWorkflowCode({ workflowsPath: require.resolve('../../workflows'), logger: new DefaultLogger('ERROR') }),
+    bundleWorkflowCode({ workflowsPath: require.resolve('../baseline-workflows'), logger: new DefaultLogger('ERROR') }),
+  ]);
+  const serverPid = findServerPid(Number(env.address.split(':').pop()));
+  log(`dev server ${env.address} (pid ${serverPid}) up and bundles built in ${Date.now() - started} ms (${temporalVersion})`);
+  return {
+    cpu: new CpuMeter(serverPid),
+    env,
+    fleetBundle,
+    baselineBundle,
+    metricsUrl: `http://127.0.0.1:${metricsPort}/metrics`,
+    temporalVersion,
+    namespace: env.namespace ?? 'default',
+  };
+}
+
+/**
+ * Frontend request counters from the server's Prometheus endpoint, by operation (summed over
+ * every other label). Heartbeats never reach history, so this is where they are counted.
+ */
+export async function frontendRequests(metricsUrl: string): Promise<Map<string, number>> {
+  const res = await fetch(metricsUrl);
+  const text = await res.text();
+  const out = new Map<string, number>();
+  for (const line of text.split('\n')) {
+    if (!line.startsWith('service_requests{')) continue;
+    const labels = line.slice(line.indexOf('{') + 1, line.lastIndexOf('}'));
+    if (!/service_name="frontend"/.test(labels)) continue;
+    const op = /operation="([^"]+)"/.exec(labels)?.[1];
+    const value = Number(line.slice(line.lastIndexOf('}') + 1).trim());
+    if (op && Number.isFinite(value)) out.set(op, (out.get(op) ?? 0) + value);
+  }
+  return out;
+}
+
+export function diffCounts(after: Map<string, number>, before: Map<string, number>): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const [k, v] of after) {
+    const d = v - (before.get(k) ?? 0);
+    if (d > 0) out[k] = d;
+  }
+  return out;
+}

@@ -1,0 +1,285 @@
+/**
+ * A fleet for one scenario, assembled the way the product assembles it: parsed control-plane
+ * configuration, the control-plane worker, ensurePools, then per host an operator enrolment
+ * (generateHostCredential / publicKeys / enrollHost) and startHost in-process with a zero-length
+ * runner that records when each attempt reached the host. Every scenario gets its own pool,
+ * control task queue and host ids, so nothing is shared between scenarios.
+ */
+import type { Client } from '@temporalio/client';
+import { Worker, type WorkerOptions } from '@temporalio/worker';
+import { FleetClient } from '../../control-plane/client';
+import { parseControlPlaneConfig, type ControlPlaneConfig, type ControlPlaneConfigInput } from '../../control-plane/config';
+import { enrollHost } from '../../control-plane/hosts';
+import { createControlPlaneWorker, ensurePools } from '../../control-plane/worker';
+import { startHost, type HostAgent } from '../../host-worker/host';
+import { generateHostCredential, publicKeys, type HostCredential } from '../../host-worker/identity';
+import type { RunContext, Runners } from '../../host-worker/runners';
+import { simDevices } from '../../host-worker/sim';
+import { deviceWorkflowId, hostWorkflowId, schedulerWorkflowId } from '../../workflows/ids';
+import { schedulerStateQuery, type SchedulerView } from '../../workflows/messages';
+import type { BenchEnv } from './env';
+import { log, mapLimit, uid, waitUntil } from './util';
+
+// ---- poller count of in-process host workers ----
+
+let hostPollers: number | undefined;
+let patched = false;
+/**
+ * startHost has no option for the activity poller count (SDK default: min(10, slots), i.e. 10 per
+ * 10-device host). With 100 hosts in one process that is 1,000 long polls; the benchmark may cap it
+ * by wrapping Worker.create for `fleet.host.*` queues only. The baseline's host workers use the
+ * same count, so both sides poll alike. undefined = SDK default.
+ */
+export function setHostPollers(n: number | undefined): void {
+  hostPollers = n;
+  if (patched) return;
+  patched = true;
+  const original = Worker.create.bind(Worker);
+  Worker.create = (options: WorkerOptions) =>
+    original(
+      hostPollers !== undefined && options.taskQueue.startsWith('fleet.host.')
+        ? { ...options, maxConcurrentActivityTaskPolls: hostPollers }
+        : options,
+    );
+}
+export const currentHostPollers = (): number | undefined => hostPollers;
+
+// ---- every long-lived workflow the run created, for the history-length check at the end ----
+
+export const longLivedWorkflows = new Set<string>();
+
+// ---- the zero-length runner ----
+
+export interface StartRecord {
+  taskId: string;
+  attempt: number;
+  hostId: string;
+  deviceId: string;
+  /** performance.now() when the runner was entered (the host activity started the work). */
+  at: number;
+  /** Date.now() at the same moment. */
+  epoch: number;
+}
+
+export class RunRecorder {
+  readonly starts = new Map<string, StartRecord>();
+  readonly all: StartRecord[] = [];
+  calls = 0;
+
+  constructor(private readonly hostId: (ctx: RunContext) => string = () => '') {}
+
+  record(ctx: RunContext, hostId: string): void {
+    const r: StartRecord = {
+      taskId: ctx.taskId,
+      attempt: ctx.attempt,
+      hostId: hostId || this.hostId(ctx),
+      deviceId: ctx.device.deviceId,
+      at: performance.now(),
+      epoch: Date.now(),
+    };
+    this.calls++;
+    this.all.push(r);
+    if (!this.starts.has(ctx.taskId)) this.starts.set(ctx.taskId, r);
+  }
+
+  /** A Runners object whose runners call ctx.started() and return done at once. */
+  runners(hostId: string): Runners {
+    const run = async (ctx: RunContext) => {
+      this.record(ctx, hostId);
+      ctx.started();
+      return { status: 'done' as const };
+    };
+    return { goal: { runGoal: (_goal, ctx) => run(ctx) }, workflow: { runDefinition: (_def, ctx) => run(ctx) } };
+  }
+
+  waitForCount(n: number, timeoutMs: number): Promise<true> {
+    return waitUntil(
+      () => (this.starts.size >= n ? true : undefined),
+      () => `${n} tasks to reach a host (${this.starts.size} did)`,
+      timeoutMs,
+      20,
+    );
+  }
+}
+
+// ---- the fleet ----
+
+export interface BenchFleetOptions {
+  name: string;
+  hosts: number;
+  devicesPerHost: number;
+  driverType?: string;
+  maxQueueDepth?: number;
+  taskDefaults?: ControlPlaneConfigInput['taskDefaults'];
+  /** Host silence before offline; product default 30 s. */
+  hostTimeoutMs?: number;
+  /** Host snapshot period; product default 10 s. */
+  snapshotIntervalMs?: number;
+  /** false: no in-process control-plane worker (a control-plane process serves the queue). */
+  controlPlane?: boolean;
+  /** Extra pools (same config) on the same control queue. */
+  extraPools?: string[];
+}
+
+export interface BenchFleet {
+  pool: string;
+  pools: string[];
+  config: ControlPlaneConfig;
+  client: Client;
+  fleet: FleetClient;
+  recorder: RunRecorder;
+  hostIds: string[];
+  deviceIdsOf(hostId: string): string[];
+  setupMs: number;
+  /** Enrols and starts one more in-process host (zero-length runner); returns it once started. */
+  addHost(
+    hostId: string,
+    deviceIds: string[],
+    opts?: { pool?: string; driverType?: string; tags?: string[] },
+  ): Promise<HostAgent>;
+  enroll(hostId: string, pool?: string): Promise<HostCredential>;
+  scheduler(pool?: string): Promise<SchedulerView>;
+  /** Waits until the pool's scheduler sees `n` online devices. */
+  waitForDevices(n: number, timeoutMs: number, pool?: string): Promise<void>;
+  stopHost(hostId: string): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export function benchConfig(opts: BenchFleetOptions, suffix: string): ControlPlaneConfig {
+  const pool = `pool-${suffix}`;
+  const poolCfg = { strategy: 'fifo_match', maxQueueDepth: opts.maxQueueDepth ?? 20_000, agingMs: 60_000 };
+  return parseControlPlaneConfig({
+    controlTaskQueue: `bench.control.${suffix}`,
+    defaultPool: pool,
+    pools: Object.fromEntries([pool, ...(opts.extraPools ?? []).map((p) => `${p}-${suffix}`)].map((p) => [p, poolCfg])),
+    taskDefaults: opts.taskDefaults ?? {},
+    hostTimeoutMs: opts.hostTimeoutMs,
+  });
+}
+
+export async function startBenchFleet(be: BenchEnv, opts: BenchFleetOptions): Promise<BenchFleet> {
+  const t0 = Date.now();
+  const suffix = uid(opts.name);
+  const config = benchConfig(opts, suffix);
+  const pool = config.defaultPool;
+  const pools = Object.keys(config.pools);
+  const client = be.env.client;
+  const fleet = new FleetClient(client, config);
+  const recorder = new RunRecorder();
+  const hosts = new Map<string, HostAgent>();
+  const devicesOf = new Map<string, string[]>();
+  let worker: Worker | undefined;
+  let running: Promise<void> | undefined;
+
+  if (opts.controlPlane !== false) {
+    worker = await createControlPlaneWorker({
+      connection: be.env.nativeConnection,
+      client,
+      config,
+      workflowBundle: be.fleetBundle,
+      namespace: be.namespace,
+      identity: `bench-control-${suffix}`,
+    });
+    running = worker.run();
+    await ensurePools(client, config);
+  }
+  for (const p of pools) longLivedWorkflows.add(schedulerWorkflowId(p));
+
+  const enroll = async (hostId: string, hostPool = pool): Promise<HostCredential> => {
+    const credential = generateHostCredential(hostId);
+    await enrollHost(client, config, { hostId, pool: hostPool, keys: publicKeys(credential) });
+    longLivedWorkflows.add(hostWorkflowId(hostId));
+    return credential;
+  };
+
+  const addHost: BenchFleet['addHost'] = async (hostId, deviceIds, hostOpts = {}) => {
+    const hostPool = hostOpts.pool ?? pool;
+    const credential = await enroll(hostId, hostPool);
+    const host = await startHost({
+      credential,
+      pool: hostPool,
+      namespace: be.namespace,
+      workerConnection: be.env.nativeConnection,
+      clientConnection: client.connection,
+      devices: simDevices(
+        deviceIds.map((deviceId) => ({
+          deviceId,
+          driverType: hostOpts.driverType ?? opts.driverType ?? 'sim',
+          tags: hostOpts.tags ?? [],
+        })),
+      ),
+      runners: recorder.runners(hostId),
+      snapshotIntervalMs: opts.snapshotIntervalMs ?? 10_000,
+      progressIntervalMs: 5_000,
+    });
+    hosts.set(hostId, host);
+    devicesOf.set(hostId, deviceIds);
+    for (const d of deviceIds) longLivedWorkflows.add(deviceWorkflowId(hostId, d));
+    return host;
+  };
+
+  const hostIds = Array.from({ length: opts.hosts }, (_, i) => `h${String(i).padStart(3, '0')}-${suffix}`);
+  const deviceIds = Array.from({ length: opts.devicesPerHost }, (_, i) => `d${String(i).padStart(2, '0')}`);
+  await mapLimit(hostIds, 10, (h) => addHost(h, deviceIds));
+
+  const scheduler = (p = pool) => client.workflow.getHandle(schedulerWorkflowId(p)).query(schedulerStateQuery);
+  const waitForDevices = async (n: number, timeoutMs: number, p = pool) => {
+    await waitUntil(
+      async () => {
+        const s = await scheduler(p);
+        return s.devices.filter((d) => d.hostOnline).length >= n ? true : undefined;
+      },
+      `${n} devices online in ${p}`,
+      timeoutMs,
+      2_000,
+    );
+  };
+  if (opts.hosts > 0) await waitForDevices(opts.hosts * opts.devicesPerHost, 120_000);
+  const setupMs = Date.now() - t0;
+  log(`fleet ${opts.name}: ${opts.hosts} hosts x ${opts.devicesPerHost} devices ready in ${setupMs} ms (pool ${pool})`);
+
+  return {
+    pool,
+    pools,
+    config,
+    client,
+    fleet,
+    recorder,
+    hostIds,
+    deviceIdsOf: (h) => devicesOf.get(h) ?? [],
+    setupMs,
+    addHost,
+    enroll,
+    scheduler,
+    waitForDevices,
+    async stopHost(hostId) {
+      await hosts.get(hostId)?.stop();
+      hosts.delete(hostId);
+    },
+    async stop() {
+      await Promise.all([...hosts.values()].map((h) => h.stop().catch(() => undefined)));
+      hosts.clear();
+      if (worker && worker.getState() === 'RUNNING') worker.shutdown();
+      await running?.catch(() => undefined);
+    },
+  };
+}
+
+/** Workflows still running on a control queue, by workflow type (visibility count). */
+export async function countRunning(client: Client, taskQueue: string, workflowType: string): Promise<number> {
+  const r = await client.workflow.count(
+    `TaskQueue = '${taskQueue}' AND WorkflowType = '${workflowType}' AND ExecutionStatus = 'Running'`,
+  );
+  return r.count;
+}
+
+/** Close times (epoch ms) of every closed workflow of a type on a task queue, from visibility. */
+export async function closeTimes(client: Client, taskQueue: string, workflowType: string): Promise<Map<string, number>> {
+  const out = new Map<string, number>();
+  for await (const wf of client.workflow.list({
+    query: `TaskQueue = '${taskQueue}' AND WorkflowType = '${workflowType}' AND ExecutionStatus != 'Running'`,
+  })) {
+    if (wf.closeTime) out.set(wf.workflowId, wf.closeTime.getTime());
+  }
+  return out;
+}

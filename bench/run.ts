@@ -1,0 +1,182 @@
+/**
+ * `npm run bench`: starts its own Temporal dev server and workers, runs each scenario against the
+ * fleet and against the raw-Temporal baseline on the same server, prints a table and writes
+ * bench/results/latest.json (and latest.md). Not part of `npm test`; it measures, never asserts.
+ *
+ *   npm run bench -- --quick                      # small N, for development
+ *   npm run bench -- --scenario P1,P2 --tasks 5000
+ *   flags: --scenario P1,P2,P3,P4,P5,MEM  --tasks N  --hosts H  --devices D  --pollers N|default
+ *          --concurrency C  --samples N  --p3-tasks N  --queue N  --cycles N
+ *          --lease-ms MS  --mem-tasks N  --out PATH
+ */
+import { execFileSync } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import os from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { startBenchEnv, type BenchEnv } from './lib/env';
+import { longLivedWorkflows, setHostPollers } from './lib/fleet';
+import { log } from './lib/util';
+import { formatMarkdown, formatTable, writeReport, type Report } from './report';
+import { historyCheck } from './scenarios/history-check';
+import { memory } from './scenarios/memory';
+import { p1Throughput } from './scenarios/p1-throughput';
+import { p2Latency } from './scenarios/p2-latency';
+import { p3Cost } from './scenarios/p3-cost';
+import { p4Recovery } from './scenarios/p4-recovery';
+import { p5Scale } from './scenarios/p5-scale';
+import type { BenchOptions, Scenario, ScenarioResult } from './scenarios/types';
+
+const SCENARIOS: Record<string, Scenario> = { P1: p1Throughput, P2: p2Latency, P3: p3Cost, P4: p4Recovery, P5: p5Scale, MEM: memory };
+
+function options(): { opts: BenchOptions; scenarios: string[]; out: string } {
+  const { values } = parseArgs({
+    options: {
+      scenario: { type: 'string' },
+      quick: { type: 'boolean', default: false },
+      tasks: { type: 'string' },
+      hosts: { type: 'string' },
+      devices: { type: 'string' },
+      pollers: { type: 'string' },
+      concurrency: { type: 'string' },
+      samples: { type: 'string' },
+      'p3-tasks': { type: 'string' },
+      queue: { type: 'string' },
+      cycles: { type: 'string' },
+      'lease-ms': { type: 'string' },
+      'mem-tasks': { type: 'string' },
+      out: { type: 'string' },
+    },
+  });
+  const q = values.quick!;
+  const num = (v: string | undefined, full: number, quick: number): number => {
+    const n = v === undefined ? (q ? quick : full) : Number(v);
+    if (!Number.isFinite(n) || n <= 0) throw new Error(`bad numeric flag value "${v}"`);
+    return n;
+  };
+  const leaseMs = num(values['lease-ms'], 20_000, 4_000);
+  // Timings of P4 keep the product defaults' proportions (lease 20 s, host timeout 30 s, snapshot 10 s, ack 30 s).
+  const opts: BenchOptions = {
+    quick: q,
+    tasks: num(values.tasks, 1_000, 300),
+    hosts: num(values.hosts, 100, 100),
+    devices: num(values.devices, 10, 10),
+    pollers: values.pollers === 'default' ? undefined : num(values.pollers, 2, 2),
+    concurrency: num(values.concurrency, 32, 32),
+    latencySamples: num(values.samples, 150, 60),
+    p3Tasks: num(values['p3-tasks'], 300, 100),
+    p5Queue: num(values.queue, 10_000, 1_000),
+    p5Cycles: num(values.cycles, 30, 15),
+    p4: {
+      leaseMs,
+      hostTimeoutMs: Math.round(leaseMs * 1.5),
+      snapshotIntervalMs: Math.round(leaseMs / 2),
+      ackTimeoutMs: Math.round(leaseMs * 1.5),
+      backoffMs: 1_000,
+      tasks: 4,
+    },
+    memTasks: num(values['mem-tasks'], 300, 150),
+  };
+  const scenarios = (values.scenario ?? Object.keys(SCENARIOS).join(','))
+    .split(',')
+    .map((s) => s.trim().toUpperCase())
+    .filter(Boolean);
+  for (const s of scenarios) if (!SCENARIOS[s]) throw new Error(`unknown scenario ${s}; known: ${Object.keys(SCENARIOS).join(', ')}`);
+  return { opts, scenarios, out: values.out ?? join(__dirname, 'results', 'latest.json') };
+}
+
+function busiestProcesses(): string[] {
+  try {
+    return execFileSync('ps', ['-eo', 'pcpu,rss,args', '--sort=-pcpu'], { encoding: 'utf8' })
+      .split('\n')
+      .slice(1, 9)
+      .map((l) => l.trim().slice(0, 160))
+      .filter(Boolean);
+  } catch {
+    return [];
+  }
+}
+
+function machine(be: BenchEnv | undefined): Record<string, unknown> {
+  const cpus = os.cpus();
+  return {
+    cpuModel: cpus[0]?.model,
+    cpus: cpus.length,
+    memoryGiB: Math.round((os.totalmem() / 2 ** 30) * 10) / 10,
+    os: `${os.type()} ${os.release()}`,
+    node: process.version,
+    temporal: be?.temporalVersion,
+    loadAverage: os.loadavg().map((v) => Math.round(v * 100) / 100),
+  };
+}
+
+async function main(): Promise<void> {
+  const { opts, scenarios, out } = options();
+  const startedAt = new Date().toISOString();
+  const command = `npm run bench --${process.argv.slice(2).length ? ' ' + process.argv.slice(2).join(' ') : ''}`;
+  const before = { machine: machine(undefined), busiest: busiestProcesses() };
+  setHostPollers(opts.pollers);
+  log(`options ${JSON.stringify(opts)}; scenarios ${scenarios.join(',')}`);
+  const be = await startBenchEnv();
+  const results: ScenarioResult[] = [];
+  const onSignal = (signal: string) => {
+    log(`${signal}: writing what was measured so far and stopping the dev server`);
+    write(`${new Date().toISOString()} (interrupted by ${signal})`);
+    console.log(formatTable(results));
+    const timer = setTimeout(() => process.exit(130), 10_000);
+    void be.env.teardown().finally(() => {
+      clearTimeout(timer);
+      process.exit(130);
+    });
+  };
+  process.once('SIGINT', () => onSignal('SIGINT'));
+  process.once('SIGTERM', () => onSignal('SIGTERM'));
+  const write = (finishedAt?: string) => {
+    const report: Report = {
+      startedAt,
+      finishedAt: finishedAt ?? '(running)',
+      command,
+      options: { ...opts, hostPollers: opts.pollers ?? 'SDK default (min(10, devices))', scenarios },
+      machine: { ...machine(be), atStart: before, atEnd: finishedAt ? busiestProcesses() : undefined },
+      results,
+    };
+    writeReport(out, report);
+    writeFileSync(out.replace(/\.json$/, '.md'), formatMarkdown(results) + '\n');
+  };
+  try {
+    for (const id of scenarios) {
+      const t0 = Date.now();
+      log(`=== ${id} ===`);
+      try {
+        const r = await SCENARIOS[id](be, opts);
+        r.durationMs = Date.now() - t0;
+        results.push(r);
+      } catch (err) {
+        log(`${id} failed: ${(err as Error)?.stack ?? String(err)}`);
+        results.push({ id, title: 'failed', rows: [], notes: [], details: {}, error: String(err), durationMs: Date.now() - t0 });
+      }
+      write();
+    }
+    if (longLivedWorkflows.size > 0) {
+      log('=== history length of every long-lived workflow ===');
+      try {
+        results.push(await historyCheck(be, [...longLivedWorkflows]));
+      } catch (err) {
+        results.push({ id: 'P5h', title: 'history check failed', rows: [], notes: [], details: {}, error: String(err) });
+      }
+    }
+  } finally {
+    write(new Date().toISOString());
+    console.log(formatTable(results));
+    console.log(`\n${command}\nreport: ${out}`);
+    await be.env.teardown();
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (err) => {
+    console.error(err);
+    process.exit(1);
+  },
+);

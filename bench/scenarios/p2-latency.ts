@@ -1,0 +1,112 @@
+/**
+ * P2 dispatch latency with idle devices: one task at a time (closed loop); latency = submit call ->
+ * the host's runner entered (fleet) / the activity entered (baseline). Same process, same clock.
+ * Also: what the idle fleet costs before the samples, and a per-hop breakdown from the histories.
+ */
+import { startBaseline } from '../lib/baseline';
+import { startBenchFleet } from '../lib/fleet';
+import { closedLoop } from '../lib/load';
+import { eventMs, eventTypeName, fetchRuns } from '../lib/history';
+import type { CpuUse } from '../lib/cpu';
+import { log, mapLimit, round, sleep, summarize } from '../lib/util';
+import type { Scenario } from './types';
+
+const IDLE_MS = 20_000;
+
+export const p2Latency: Scenario = async (be, o) => {
+  const n = o.latencySamples;
+  const timeoutMs = 60_000;
+  const gapMs = 200;
+  log(`P2 baseline: ${n} samples, one at a time`);
+  const base = await startBaseline(be, 'p2', o.hosts, o.devices);
+  let b: Awaited<ReturnType<typeof closedLoop>>;
+  try {
+    await closedLoop(5, 100, (i) => base.submit(`warm-${i}`, i), (i) => base.starts.get(`warm-${i}`), 20_000);
+    b = await closedLoop(
+      n,
+      gapMs,
+      (i) => base.submit(`p2b-${i}`, i),
+      (i) => base.starts.get(`p2b-${i}`),
+      timeoutMs,
+    );
+  } finally {
+    await base.stop();
+  }
+  log(`P2 fleet: ${n} samples, one at a time, over ${o.hosts} hosts x ${o.devices} devices`);
+  const bf = await startBenchFleet(be, { name: 'p2', hosts: o.hosts, devicesPerHost: o.devices });
+  let f: Awaited<ReturnType<typeof closedLoop>>;
+  let idle: CpuUse;
+  let breakdown: Record<string, ReturnType<typeof summarize>>;
+  try {
+    await closedLoop(
+      5,
+      100,
+      (i) => bf.fleet.submit({ taskId: `warm-${i}`, goal: 'warm-up' }),
+      (i) => bf.recorder.starts.get(`warm-${i}`)?.at,
+      20_000,
+    );
+    // The fleet at rest first: what 100 idle hosts (snapshots every 10 s) cost the control plane.
+    const idleMark = be.cpu.mark();
+    await sleep(IDLE_MS);
+    idle = be.cpu.since(idleMark);
+    f = await closedLoop(
+      n,
+      gapMs,
+      (i) => bf.fleet.submit({ taskId: `p2f-${i}`, goal: 'bench zero-length' }),
+      (i) => bf.recorder.starts.get(`p2f-${i}`)?.at,
+      timeoutMs,
+    );
+    // Where the time goes: server timestamps from each sample task's history (same machine clock).
+    const segs: Record<string, number[]> = {
+      'submit -> task started': [],
+      'task started -> enqueue reached scheduler': [],
+      'enqueue -> assignment reached task (scheduler + device)': [],
+      'assignment -> activity scheduled (task)': [],
+      'activity scheduled -> runner entered (matching + host)': [],
+    };
+    await mapLimit(Array.from({ length: n }, (_, i) => i), 8, async (i) => {
+      const r = bf.recorder.starts.get(`p2f-${i}`);
+      if (!r) return;
+      const [run] = await fetchRuns(bf.client, `task/p2f-${i}`, 1);
+      const at = (type: string, pred: (e: (typeof run.events)[number]) => boolean = () => true) => {
+        const e = run.events.find((x) => eventTypeName(x) === type && pred(x));
+        return e ? eventMs(e) : NaN;
+      };
+      const started = at('WorkflowExecutionStarted');
+      const enqueued = at('ExternalWorkflowExecutionSignaled');
+      const assigned = at('WorkflowExecutionSignaled', (e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'assignment');
+      const scheduled = at('ActivityTaskScheduled');
+      const vals = [started - f.sentEpoch[i], enqueued - started, assigned - enqueued, scheduled - assigned, r.epoch - scheduled];
+      Object.values(segs).forEach((arr, k) => Number.isFinite(vals[k]) && arr.push(vals[k]));
+    });
+    breakdown = Object.fromEntries(Object.entries(segs).map(([k, v]) => [k, summarize(v, 0)]));
+  } finally {
+    await bf.stop();
+  }
+  const fs = summarize(f.latencies);
+  const bs = summarize(b.latencies);
+  const fsub = summarize(f.submitLatencies);
+  const bsub = summarize(b.submitLatencies);
+  log(`  fleet p50 ${fs.p50} p99 ${fs.p99} ms; baseline p50 ${bs.p50} p99 ${bs.p99} ms`);
+  return {
+    id: 'P2',
+    title: `dispatch latency (submit -> host activity started), idle devices, ${o.hosts} hosts x ${o.devices} devices`,
+    rows: [
+      { metric: 'p50 (ms)', fleet: fs.p50, baseline: bs.p50, ratio: round(fs.p50 / bs.p50, 2), target: '<= 50 ms', met: fs.p50 <= 50 },
+      { metric: 'p99 (ms)', fleet: fs.p99, baseline: bs.p99, ratio: round(fs.p99 / bs.p99, 2), target: '<= 250 ms', met: fs.p99 <= 250 },
+      { metric: 'p90 / max (ms)', fleet: `${fs.p90} / ${fs.max}`, baseline: `${bs.p90} / ${bs.max}` },
+      { metric: 'submit call returns, p50 / p99 (ms; fleet: admitted)', fleet: `${fsub.p50} / ${fsub.p99}`, baseline: `${bsub.p50} / ${bsub.p99}` },
+      { metric: 'samples missing (never started)', fleet: f.missing, baseline: b.missing },
+      {
+        metric: `idle fleet before the samples: CPU cores used (this process / dev server)`,
+        fleet: `${round(idle.benchProcessSec / idle.wallSec, 2)} / ${round(idle.serverSec / idle.wallSec, 2)}`,
+      },
+      ...Object.entries(breakdown).map(([k, v]) => ({ metric: `  ${k}, p50 / p99 (ms)`, fleet: `${v.p50} / ${v.p99}` })),
+    ],
+    notes: [
+      `${n} samples, closed loop (one task at a time, ${gapMs} ms apart) after 5 warm-up tasks; latency measured in-process (performance.now)`,
+      'breakdown rows: server timestamps from each sample task\'s history',
+    ],
+    details: { fleet: fs, baseline: bs, fleetSubmit: fsub, baselineSubmit: bsub, breakdown, idleFleetCpu: idle, pool: bf.pool },
+  };
+};

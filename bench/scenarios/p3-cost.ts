@@ -1,0 +1,165 @@
+/**
+ * P3 cost: billed Temporal actions and history events per completed task, summed over every
+ * workflow a task touches (task/*, scheduler/<pool>, device/*, host/*; every continue-as-new run),
+ * read from the histories. Heartbeats are not in history: they are the server's frontend
+ * RecordActivityTaskHeartbeat request count over the run (Prometheus metrics of the dev server).
+ */
+import { startBaseline } from '../lib/baseline';
+import { diffCounts, frontendRequests } from '../lib/env';
+import { startBenchFleet } from '../lib/fleet';
+import {
+  billedByType,
+  sumBilled,
+  sumEvents,
+  tallyWorkflows,
+  type CostTally,
+} from '../lib/history';
+import { burstBaseline, burstFleet } from '../lib/load';
+import { deviceWorkflowId, hostWorkflowId, schedulerWorkflowId } from '../../workflows/ids';
+import { log, round, waitUntil } from '../lib/util';
+import type { Scenario } from './types';
+
+const per = (n: number, d: number, digits = 2) => round(n / Math.max(1, d), digits);
+
+function perTaskByType(t: CostTally, tasks: number): Record<string, number> {
+  return Object.fromEntries(Object.entries(billedByType(t, 'task')).map(([k, v]) => [k, per(v, tasks)]));
+}
+
+export const p3Cost: Scenario = async (be, o) => {
+  const m = o.p3Tasks;
+  const timeoutMs = Math.max(180_000, m * 500);
+  const ids = (p: string) => Array.from({ length: m }, (_, i) => `${p}-${String(i).padStart(6, '0')}`);
+
+  log(`P3 baseline: ${m} workflows`);
+  const base = await startBaseline(be, 'p3', o.hosts, o.devices);
+  const bm0 = await frontendRequests(be.metricsUrl);
+  let bRun;
+  try {
+    bRun = await burstBaseline(be.cpu, be.env.client, base, ids('p3b'), o.concurrency, timeoutMs);
+  } finally {
+    await base.stop();
+  }
+  const bOps = diffCounts(await frontendRequests(be.metricsUrl), bm0);
+  const bTally = await tallyWorkflows(be.env.client, ids('p3b').map((t) => base.workflowId(t)));
+
+  log(`P3 fleet: ${m} tasks over ${o.hosts} hosts x ${o.devices} devices`);
+  const bf = await startBenchFleet(be, { name: 'p3', hosts: o.hosts, devicesPerHost: o.devices });
+  const fm0 = await frontendRequests(be.metricsUrl);
+  const runStart = Date.now();
+  let fRun;
+  try {
+    fRun = await burstFleet(be.cpu, bf, ids('p3f'), o.concurrency, timeoutMs);
+    // Releases reach the scheduler after the task closed: wait for all of them before reading.
+    await waitUntil(
+      async () => {
+        const s = await bf.scheduler();
+        return s.counters.releases >= fRun!.completed && s.devices.every((d) => !d.reservedBy) ? true : undefined;
+      },
+      'every release to reach the scheduler',
+      60_000,
+      250,
+    );
+  } finally {
+    await bf.stop();
+  }
+  const runMs = Date.now() - runStart;
+  const fOps = diffCounts(await frontendRequests(be.metricsUrl), fm0);
+  const wfIds = [
+    ...ids('p3f').map((t) => `task/${t}`),
+    schedulerWorkflowId(bf.pool),
+    ...bf.hostIds.map(hostWorkflowId),
+    ...bf.hostIds.flatMap((h) => bf.deviceIdsOf(h).map((d) => deviceWorkflowId(h, d))),
+  ];
+  log(`  reading ${wfIds.length} histories`);
+  const t = await tallyWorkflows(be.env.client, wfIds);
+  const done = fRun.completed;
+  const bDone = bRun.completed;
+
+  const billed = sumBilled(t, 'task');
+  const bBilled = sumBilled(bTally, 'task');
+  const heartbeats = fOps.RecordActivityTaskHeartbeat ?? 0;
+  const bHeartbeats = bOps.RecordActivityTaskHeartbeat ?? 0;
+  const events = sumEvents(t, 'task');
+  const bEvents = sumEvents(bTally, 'task');
+  const hw = t.hostWindow;
+  const hostMinutes = hw ? (hw.hosts * (hw.toMs - hw.fromMs)) / 60_000 : NaN;
+  const liveness = sumBilled(t, 'liveness');
+  const livenessHost = sumBilled(t, 'liveness', 'host');
+  const livenessSched = sumBilled(t, 'liveness', 'scheduler');
+  const perTask = per(billed, done);
+  log(`  fleet ${perTask} billed actions/task (+${per(heartbeats, done)} heartbeats); baseline ${per(bBilled, bDone)}`);
+
+  const kinds = ['task', 'scheduler', 'device'];
+  return {
+    id: 'P3',
+    title: `cost per completed task (${m} tasks; histories of every workflow touched)`,
+    rows: [
+      {
+        metric: 'billed actions / task (excl. heartbeats)',
+        fleet: perTask,
+        baseline: per(bBilled, bDone),
+        ratio: round(perTask / per(bBilled, bDone), 2),
+        target: '<= 8',
+        met: perTask <= 8,
+      },
+      ...kinds.map((k) => ({ metric: `  of which in ${k} workflows`, fleet: per(sumBilled(t, 'task', k), done) })),
+      {
+        metric: 'heartbeats / task (server RecordActivityTaskHeartbeat)',
+        fleet: per(heartbeats, done),
+        baseline: per(bHeartbeats, bDone),
+      },
+      {
+        metric: 'billed incl. heartbeats / task',
+        fleet: per(billed + heartbeats, done),
+        baseline: per(bBilled + bHeartbeats, bDone),
+      },
+      {
+        metric: 'history events / task',
+        fleet: per(events, done),
+        baseline: per(bEvents, bDone),
+        ratio: round(per(events, done) / per(bEvents, bDone), 2),
+      },
+      ...kinds.map((k) => ({ metric: `  of which in ${k} workflows`, fleet: per(sumEvents(t, 'task', k), done) })),
+      {
+        metric: 'host liveness: billed actions / host / minute',
+        fleet: round(liveness / hostMinutes, 2),
+        baseline: 0,
+      },
+      { metric: 'one-time setup: billed actions / host (enrol, first start, devices)', fleet: per(sumBilled(t, 'setup'), o.hosts) },
+    ],
+    notes: [
+      'billed = WorkflowExecutionStarted (incl. continue-as-new), WorkflowExecutionSignaled, WorkflowExecutionUpdateAccepted, ActivityTaskScheduled, TimerStarted, UpsertWorkflowSearchAttributes, WorkflowPropertiesModified, MarkerRecorded',
+      'per-task = caused by tasks (task workflows; enqueue/release/refusal signals, continue-as-new of scheduler and device workflows; reservation timers); host snapshots, hostDevices publications and host timers are liveness; first starts, enrolment and configuration are setup; the scheduler hold-sweep timer is background',
+      `heartbeats from the dev server's frontend metrics over the fleet run (${round(runMs / 1000, 1)} s); control-plane activities do not heartbeat`,
+    ],
+    details: {
+      completed: done,
+      perTaskByType: perTaskByType(t, done),
+      perTaskByKind: Object.fromEntries(kinds.map((k) => [k, per(sumBilled(t, 'task', k), done)])),
+      signalsPerTask: Object.fromEntries(
+        Object.entries(t.signals).map(([k, v]) => [k, Object.fromEntries(Object.entries(v).map(([n, c]) => [n, per(c, done)]))]),
+      ),
+      eventsPerTaskByKind: Object.fromEntries(kinds.map((k) => [k, per(sumEvents(t, 'task', k), done)])),
+      liveness: {
+        billedTotal: liveness,
+        inHostWorkflows: livenessHost,
+        hostDevicesSignalsInScheduler: livenessSched,
+        byType: billedByType(t, 'liveness'),
+        hostMinutes: round(hostMinutes, 1),
+        perHostPerMinute: round(liveness / hostMinutes, 2),
+        events: sumEvents(t, 'liveness'),
+      },
+      setup: { billedTotal: sumBilled(t, 'setup'), byType: billedByType(t, 'setup') },
+      background: { billedTotal: sumBilled(t, 'background'), byType: billedByType(t, 'background') },
+      runs: t.runs,
+      workflows: t.workflows,
+      maxRunEvents: t.maxRunEvents,
+      frontendRequestsDuringFleetRun: fOps,
+      frontendRequestsDuringBaselineRun: bOps,
+      baselineByType: perTaskByType(bTally, bDone),
+      fleetRun: fRun,
+      baselineRun: bRun,
+      tally: t,
+    },
+  };
+};

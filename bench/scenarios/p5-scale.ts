@@ -1,0 +1,287 @@
+/**
+ * P5 scale. (1) The pure strategy cost: getStrategy('fifo_match').assign over a queue of 100 vs N
+ * entries with a few free devices, many iterations, hrtime. (2) End to end in the real scheduler,
+ * with the control plane as its own process: fill a pool's queue with tasks no device matches,
+ * then add one matching device running zero-length work and time (a) device added -> first task
+ * started and (b) the cycle between consecutive starts on that device (release -> decision ->
+ * reservation -> assignment -> dispatch), with 100 vs N queued. Also the scheduler's workflow-task
+ * times in that window, and the control-plane process RSS at N queued.
+ */
+import { randomUUID } from 'node:crypto';
+import type { PoolDevice } from '../../workflows/types';
+import { getStrategy, type QueuedTask } from '../../workflows/strategies';
+import { schedulerWorkflowId } from '../../workflows/ids';
+import { startBaseline } from '../lib/baseline';
+import { CpuMeter } from '../lib/cpu';
+import { startBenchFleet, type BenchFleet } from '../lib/fleet';
+import { fetchRuns, workflowTaskTimings } from '../lib/history';
+import { spawnControlPlaneProcess, stopProc } from '../lib/procs';
+import { log, mapLimit, round, rssMiB, summarize, waitUntil, type Summary } from '../lib/util';
+import type { Scenario } from './types';
+
+// ---- (1) the strategy alone ----
+
+function queueOf(n: number, matching: (i: number) => boolean): QueuedTask[] {
+  const t0 = 1_700_000_000_000;
+  return Array.from({ length: n }, (_, i) => ({
+    taskId: randomUUID(),
+    constraints: { driverType: matching(i) ? 'sim' : 'ios', tags: [] },
+    priority: 0,
+    submittedAt: t0 + i,
+    enqueuedAt: t0 + i,
+    attempt: 1,
+    holdMs: 3_690_000,
+  }));
+}
+
+const freeDevices: PoolDevice[] = Array.from({ length: 3 }, (_, i) => ({
+  hostId: 'h',
+  deviceId: `d${i}`,
+  driverType: 'sim',
+  tags: [],
+  state: 'idle',
+  health: 'good',
+  hostOnline: true,
+  hostDrained: false,
+  deviceDrained: false,
+}));
+
+/** Microseconds per assign() call (median of 5 batches). */
+function timeAssign(queue: QueuedTask[]): number {
+  const s = getStrategy('fifo_match');
+  const ctx = { now: Date.now(), agingMs: 60_000 };
+  const iterations = Math.max(20, Math.round(400_000 / queue.length));
+  for (let i = 0; i < Math.ceil(iterations / 5); i++) s.assign(queue, freeDevices, ctx); // warm-up
+  const batches: number[] = [];
+  for (let b = 0; b < 5; b++) {
+    const t = process.hrtime.bigint();
+    for (let i = 0; i < iterations; i++) s.assign(queue, freeDevices, ctx);
+    batches.push(Number(process.hrtime.bigint() - t) / 1_000 / iterations);
+  }
+  return round(summarize(batches, 3).p50, 2);
+}
+
+// ---- (2) the real scheduler ----
+
+interface QueuePhase {
+  pool: string;
+  wanted: number;
+  queued: number;
+  fillMs: number;
+  fillStoppedByBudget: boolean;
+  submitErrors: number;
+  firstAssignMs?: number;
+  cycles: Summary;
+  cycleStarts: number;
+  schedulerWftWorkMs: Summary;
+  schedulerWftWaitMs: Summary;
+  schedulerRuns: number;
+  queueAfter: number;
+  controlPlaneRssMiB?: number;
+  /** Size of the schedulerState query answer at the filled queue (the whole queue is in it). */
+  queryBytes: number;
+  /** Largest continue-as-new input of the scheduler so far, and the queue it carried. */
+  largestCarry?: { bytes: number; queued: number; bytesPerQueuedTask: number };
+}
+
+/** Input size of each scheduler run (continue-as-new carries the queue) and the queue length it carried. */
+function carries(runs: Awaited<ReturnType<typeof fetchRuns>>): Array<{ bytes: number; queued: number }> {
+  const out: Array<{ bytes: number; queued: number }> = [];
+  for (const r of runs) {
+    const payloads = r.events[0]?.workflowExecutionStartedEventAttributes?.input?.payloads ?? [];
+    const bytes = payloads.reduce((a, p) => a + (p.data?.length ?? 0), 0);
+    let queued = 0;
+    try {
+      const input = JSON.parse(Buffer.from(payloads[0]?.data ?? []).toString()) as { carried?: { queue?: unknown[] } };
+      queued = input.carried?.queue?.length ?? 0;
+    } catch {
+      // not JSON: leave 0
+    }
+    out.push({ bytes, queued });
+  }
+  return out;
+}
+
+async function queuePhase(
+  bf: BenchFleet,
+  pool: string,
+  wanted: number,
+  cycles: number,
+  concurrency: number,
+  budgetMs: number,
+  cpPid: number,
+): Promise<QueuePhase> {
+  const driverType = 'p5match';
+  const t0 = Date.now();
+  let admitted = 0;
+  let submitErrors = 0;
+  let stopped = false;
+  const ids = Array.from({ length: wanted }, () => randomUUID());
+  await mapLimit(ids, concurrency, async (taskId) => {
+    if (Date.now() - t0 > budgetMs) {
+      stopped = true;
+      return;
+    }
+    try {
+      await bf.fleet.submit({ taskId, pool, goal: 'queued [p5]', constraints: { driverType } });
+    } catch (err) {
+      if (++submitErrors <= 3) log(`  submit failed: ${String(err)}`);
+      return;
+    }
+    admitted++;
+    if (admitted % 500 === 0) log(`  ${pool}: ${admitted} admitted (${Math.round((admitted / (Date.now() - t0)) * 1000)}/s)`);
+  });
+  const fillMs = Date.now() - t0;
+  const before = await bf.scheduler(pool);
+  const queued = before.queue.length;
+  const rss = rssMiB(cpPid);
+  log(`  ${pool}: ${queued} queued in ${fillMs} ms; control-plane RSS ${rss} MiB`);
+
+  const hostId = `m-${pool}`;
+  const tAdd = performance.now();
+  await bf.addHost(hostId, ['d0'], { pool, driverType });
+  const mine = () => bf.recorder.all.filter((r) => r.hostId === hostId);
+  await waitUntil(() => (mine().length >= cycles + 1 ? true : undefined), `${cycles + 1} starts on ${hostId}`, 60_000 + cycles * 10_000, 50).catch(
+    (err: unknown) => log(`  ${String(err)}`),
+  );
+  await bf.stopHost(hostId);
+  const starts = mine();
+  const gaps = starts.slice(1).map((s, i) => s.at - starts[i].at);
+  const from = starts[0]?.epoch ?? 0;
+  const to = starts[starts.length - 1]?.epoch ?? 0;
+  const runs = await fetchRuns(bf.client, schedulerWorkflowId(pool));
+  const wft = workflowTaskTimings(runs.flatMap((r) => r.events), from, to);
+  const after = await bf.scheduler(pool);
+  const largest = carries(runs).sort((a, b) => b.bytes - a.bytes)[0];
+  return {
+    queryBytes: JSON.stringify(before).length,
+    largestCarry:
+      largest && largest.queued > 0
+        ? { ...largest, bytesPerQueuedTask: round(largest.bytes / largest.queued, 0) }
+        : undefined,
+    pool,
+    wanted,
+    queued,
+    fillMs,
+    fillStoppedByBudget: stopped,
+    submitErrors,
+    firstAssignMs: starts[0] ? round(starts[0].at - tAdd, 0) : undefined,
+    cycles: summarize(gaps),
+    cycleStarts: starts.length,
+    schedulerWftWorkMs: summarize(wft.workMs),
+    schedulerWftWaitMs: summarize(wft.waitMs),
+    schedulerRuns: runs.length,
+    queueAfter: after.queue.length,
+    controlPlaneRssMiB: rss,
+  };
+}
+
+export const p5Scale: Scenario = async (be, o) => {
+  const big = o.p5Queue;
+  // ---- strategy ----
+  const strat = {
+    allMatch100: timeAssign(queueOf(100, () => true)),
+    allMatchBig: timeAssign(queueOf(big, () => true)),
+    lastMatches100: timeAssign(queueOf(100, (i) => i === 99)),
+    lastMatchesBig: timeAssign(queueOf(big, (i) => i === big - 1)),
+  };
+  log(`P5 strategy (us/call): ${JSON.stringify(strat)}`);
+
+  // ---- baseline: one slot, a backlog of zero-length activities ----
+  const base = await startBaseline(be, 'p5', 1, 1);
+  let baseCycles: Summary;
+  try {
+    const ids = Array.from({ length: o.p5Cycles + 1 }, (_, i) => `p5b-${i}`);
+    for (const [i, t] of ids.entries()) await base.submit(t, i);
+    await base.waitForCount(ids.length, 120_000);
+    const at = ids.map((t) => base.starts.get(t)!).sort((a, b) => a - b);
+    baseCycles = summarize(at.slice(1).map((v, i) => v - at[i]));
+  } finally {
+    await base.stop();
+  }
+
+  // ---- fleet, control plane as a process ----
+  const bf = await startBenchFleet(be, { name: 'p5', hosts: 0, devicesPerHost: 0, controlPlane: false, extraPools: ['large'] });
+  const cp = spawnControlPlaneProcess(be.env.address, bf.config);
+  const cpu = new CpuMeter(be.cpu.serverPid, () => ({ controlPlane: cp.pid }));
+  const phases: QueuePhase[] = [];
+  let idleRss: number | undefined;
+  let cpuUse;
+  try {
+    await cp.waitForOutput('control plane started', 120_000);
+    idleRss = rssMiB(cp.pid);
+    const mark = cpu.mark();
+    const budgetMs = o.quick ? 240_000 : 480_000;
+    const [small, large] = bf.pools;
+    phases.push(await queuePhase(bf, small, 100, o.p5Cycles, o.concurrency, budgetMs, cp.pid));
+    phases.push(await queuePhase(bf, large, big, o.p5Cycles, o.concurrency, budgetMs, cp.pid));
+    cpuUse = cpu.since(mark);
+  } finally {
+    await bf.stop();
+    await stopProc(cp, 10_000);
+  }
+  const [s, l] = phases;
+  const stratRatio = round(strat.allMatchBig / strat.allMatch100, 1);
+  const stratRatioWorst = round(strat.lastMatchesBig / strat.lastMatches100, 1);
+  const cycleRatio = round(l.cycles.p50 / s.cycles.p50, 2);
+  const wftRatio = round(l.schedulerWftWorkMs.p50 / s.schedulerWftWorkMs.p50, 2);
+  const n = l.queued;
+  const perTask = l.largestCarry?.bytesPerQueuedTask ?? s.largestCarry?.bytesPerQueuedTask;
+  return {
+    id: 'P5',
+    title: `scale: assignment cost with 100 vs ${n} queued tasks${n < big ? ` (wanted ${big}; fill budget reached)` : ''}`,
+    rows: [
+      {
+        metric: `decision cycle on one device, p50 (ms): 100 -> ${n} queued`,
+        fleet: `${s.cycles.p50} -> ${l.cycles.p50}`,
+        baseline: baseCycles.p50,
+        ratio: cycleRatio,
+        target: '<= 1.5x',
+        met: cycleRatio <= 1.5,
+      },
+      { metric: `decision cycle p90 (ms): 100 -> ${n}`, fleet: `${s.cycles.p90} -> ${l.cycles.p90}`, baseline: baseCycles.p90 },
+      {
+        metric: `scheduler workflow task, p50 (ms): 100 -> ${n}`,
+        fleet: `${s.schedulerWftWorkMs.p50} -> ${l.schedulerWftWorkMs.p50}`,
+        ratio: wftRatio,
+        target: '<= 1.5x',
+        met: wftRatio <= 1.5,
+      },
+      {
+        metric: `fifo_match.assign, all match (us/call): 100 -> ${big}`,
+        fleet: `${strat.allMatch100} -> ${strat.allMatchBig}`,
+        ratio: stratRatio,
+        target: '<= 1.5x',
+        met: stratRatio <= 1.5,
+      },
+      {
+        metric: `fifo_match.assign, only the last matches (us/call): 100 -> ${big}`,
+        fleet: `${strat.lastMatches100} -> ${strat.lastMatchesBig}`,
+        ratio: stratRatioWorst,
+      },
+      { metric: `device added -> first task started (ms): 100 -> ${n}`, fleet: `${s.firstAssignMs} -> ${l.firstAssignMs}` },
+      {
+        metric: `queue fill: admitted tasks/s (${n} tasks)`,
+        fleet: round((n / l.fillMs) * 1000, 1),
+      },
+      { metric: `control-plane process RSS (MiB): idle -> ${n} queued`, fleet: `${idleRss} -> ${l.controlPlaneRssMiB}` },
+      { metric: `scheduler runs (continue-as-new) after ${n} queued`, fleet: l.schedulerRuns },
+      {
+        metric: 'scheduler continue-as-new input: largest (bytes) / queued tasks carried',
+        fleet: l.largestCarry ? `${l.largestCarry.bytes} / ${l.largestCarry.queued}` : 'no continue-as-new yet',
+      },
+      {
+        metric: `projected continue-as-new input at ${big} queued (bytes; Temporal rejects payloads > 2 MiB)`,
+        fleet: perTask ? Math.round(perTask * big) : `~${Math.round((l.queryBytes / Math.max(1, n)) * big)} (from query size)`,
+        target: '< 2,097,152',
+        met: (perTask ? perTask * big : (l.queryBytes / Math.max(1, n)) * big) < 2_097_152,
+      },
+      { metric: `schedulerState query answer at ${n} queued (bytes)`, fleet: l.queryBytes },
+    ],
+    notes: [
+      `decision cycle = interval between consecutive zero-length tasks started on the only matching device (${o.p5Cycles} cycles); baseline = the same on one raw-Temporal activity slot with a backlog`,
+      'strategy timings: 3 free devices, median of 5 batches after warm-up, in this process',
+    ],
+    details: { strategyMicros: strat, phases, baselineCycles: baseCycles, controlPlaneIdleRssMiB: idleRss, cpu: cpuUse },
+  };
+};

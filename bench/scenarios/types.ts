@@ -1,0 +1,43 @@
+import type { BenchEnv } from '../lib/env';
+
+export interface BenchOptions {
+  quick: boolean;
+  /** P1 tasks. */
+  tasks: number;
+  hosts: number;
+  devices: number;
+  /** Activity pollers per in-process host worker (undefined: SDK default). */
+  pollers?: number;
+  /** Concurrent submit calls in a burst. */
+  concurrency: number;
+  latencySamples: number;
+  p3Tasks: number;
+  /** P5: the large queue (the small one is 100). */
+  p5Queue: number;
+  p5Cycles: number;
+  /** P4 timings (ms). */
+  p4: { leaseMs: number; hostTimeoutMs: number; snapshotIntervalMs: number; ackTimeoutMs: number; backoffMs: number; tasks: number };
+  memTasks: number;
+}
+
+export interface Row {
+  metric: string;
+  fleet: number | string;
+  baseline?: number | string;
+  /** fleet / baseline (or as stated in `metric`). */
+  ratio?: number | string;
+  target?: string;
+  met?: boolean;
+}
+
+export interface ScenarioResult {
+  id: string;
+  title: string;
+  rows: Row[];
+  notes: string[];
+  details: Record<string, unknown>;
+  durationMs?: number;
+  error?: string;
+}
+
+export type Scenario = (be: BenchEnv, opts: BenchOptions) => Promise<ScenarioResult>;
