@@ -18,19 +18,10 @@ import type { RequestHandler } from 'express';
 import { Counter, Gauge, Registry, register as globalRegistry } from 'prom-client';
 import { schedulerWorkflowId } from '../workflows/ids';
 import { schedulerStateQuery, type SchedulerCounters, type SchedulerView } from '../workflows/messages';
-import type { TaskStatus } from '../workflows/types';
+import { TASK_STATUSES, type TaskStatus } from '../workflows/types';
 import type { ControlPlaneConfig } from './config';
 
-export const TASK_STATUSES: readonly TaskStatus[] = [
-  'queued',
-  'assigned',
-  'dispatched',
-  'running',
-  'done',
-  'failed',
-  'cancelled',
-  'rejected',
-];
+export { TASK_STATUSES };
 
 export interface FleetMetricsOptions {
   client: Client;

@@ -13,6 +13,18 @@ export type TaskStatus =
 
 export const TERMINAL_STATUSES: readonly TaskStatus[] = ['done', 'failed', 'cancelled', 'rejected'];
 
+/** Every status, in lifecycle order. */
+export const TASK_STATUSES = [
+  'queued',
+  'assigned',
+  'dispatched',
+  'running',
+  'done',
+  'failed',
+  'cancelled',
+  'rejected',
+] as const satisfies readonly TaskStatus[];
+
 export interface WorkflowStep {
   name: string;
   /** argv array: never interpolated into a shell string. */

@@ -1,19 +1,10 @@
 import { z } from 'zod';
-import { TERMINAL_STATUSES, type TaskStatus } from '../../../workflows/types';
+import { TASK_STATUSES, TERMINAL_STATUSES, type TaskStatus } from '../../../workflows/types';
 import { TaskPolicyOverrideSchema } from '../../client';
 import { StepSchema } from '../definitions/schemas';
 import { IdSchema, TimestampSchema } from '../schemas';
 
-export const TASK_STATUSES = [
-  'queued',
-  'assigned',
-  'dispatched',
-  'running',
-  'done',
-  'failed',
-  'cancelled',
-  'rejected',
-] as const satisfies readonly TaskStatus[];
+export { TASK_STATUSES };
 export const TaskStatusSchema = z.enum(TASK_STATUSES);
 export const isTerminal = (s: TaskStatus): boolean => TERMINAL_STATUSES.includes(s);
 
