@@ -81,4 +81,22 @@ describe('durability', () => {
     ]);
     assert.equal(reservations, 13);
   });
+  it('Every submission admitted while the scheduler rolls over gets its answer (none left waiting)', async () => {
+    f = await startFleet('can-admit', { historyLimit: 30 });
+    // No device matches: every task stays queued, so admission is answered by the scheduler itself.
+    const ids = Array.from({ length: 60 }, (_, i) => `roll-${i}-${Date.now()}`);
+    const answered = await Promise.all(
+      ids.map((taskId) =>
+        Promise.race([
+          f!.fleet.submit({ taskId, goal: 'never runs', constraints: { driverType: 'no-such-driver' } }).then(() => true),
+          sleep(60_000).then(() => false),
+        ]),
+      ),
+    );
+    assert.equal(answered.filter((a) => !a).length, 0, 'submit calls left without an answer');
+    const s = await f.scheduler();
+    assert.ok(s.runsSinceStart >= 2, `the scheduler continued-as-new during the burst (runs ${s.runsSinceStart})`);
+    assert.deepEqual(new Set(s.queue.map((q) => q.taskId)), new Set(ids));
+    await Promise.all(ids.map((t) => f!.fleet.cancel(t)));
+  });
 });

@@ -380,7 +380,10 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   // Stop sending (late answers are carried), then wait only for what is already on its way.
   draining = true;
   for (const taskId of unanswered) reply(taskId, { accepted: true });
+  unanswered.clear();
   await condition(() => inFlight === 0 && allHandlersFinished());
+  // Tasks admitted while we waited: their answer goes with the carried state, never dropped.
+  for (const taskId of unanswered) reply(taskId, { accepted: true });
   return await continueAsNew<typeof schedulerWorkflow>({
     pool,
     config,
