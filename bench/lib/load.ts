@@ -3,14 +3,17 @@ import type { Client } from '@temporalio/client';
 import type { BaselineFleet } from './baseline';
 import type { CpuMark, CpuMeter, CpuUse } from './cpu';
 import { countRunning, type BenchFleet } from './fleet';
-import { log, mapLimit, round, sleep, waitUntil } from './util';
+import { log, mapLimit, round, sleep, waitUntil, withTimeout } from './util';
+
+/** No submit call may block a scenario for longer than this. */
+export const SUBMIT_TIMEOUT_MS = 120_000;
 
 /** mapLimit that counts (and logs the first few) failures instead of stopping; returns the failure count. */
 export async function tolerant<T>(items: readonly T[], limit: number, fn: (item: T, i: number) => Promise<unknown>): Promise<number> {
   let errors = 0;
   await mapLimit(items, limit, async (item, i) => {
     try {
-      await fn(item, i);
+      await withTimeout(fn(item, i), SUBMIT_TIMEOUT_MS, 'submit');
     } catch (err) {
       if (++errors <= 3) log(`  submit failed (${errors}): ${String(err)}`);
     }
@@ -140,7 +143,7 @@ export async function openLoop(
     sentAt[i] = performance.now();
     sentEpoch[i] = Date.now();
     inflight.push(
-      submit(i).then(
+      withTimeout(submit(i), SUBMIT_TIMEOUT_MS, 'submit').then(
         () => void submitLatencies.push(performance.now() - sentAt[i]),
         (err) => log(`  submit ${i} failed: ${String(err)}`),
       ),
@@ -182,7 +185,7 @@ export async function closedLoop(
   for (let i = 0; i < count; i++) {
     const t0 = performance.now();
     sentEpoch[i] = Date.now();
-    const p = submit(i).then(
+    const p = withTimeout(submit(i), SUBMIT_TIMEOUT_MS, 'submit').then(
       () => void submitLatencies.push(performance.now() - t0),
       (err) => log(`  submit ${i} failed: ${String(err)}`),
     );

@@ -9,7 +9,8 @@ import type { baselineLeaseWorkflow } from '../baseline-workflows';
 import { startBaseline } from '../lib/baseline';
 import { startBenchFleet, longLivedWorkflows } from '../lib/fleet';
 import { spawnBaselineWorker, spawnHostProcess, stopProc, writeTempJson, type Proc } from '../lib/procs';
-import { log, round, sleep, summarize, uid, waitUntil } from '../lib/util';
+import { SUBMIT_TIMEOUT_MS } from '../lib/load';
+import { log, round, sleep, summarize, uid, waitUntil, withTimeout } from '../lib/util';
 import { deviceWorkflowId, hostWorkflowId } from '../../workflows/ids';
 import type { AttemptRecord } from '../../workflows/types';
 import type { Scenario } from './types';
@@ -117,7 +118,9 @@ export const p4Recovery: Scenario = async (be, o) => {
     hostA = await spawnHost('p4a');
     await bf.waitForDevices(k, 60_000);
     const ids = Array.from({ length: k }, (_, i) => `p4f-${i}`);
-    for (const taskId of ids) await bf.fleet.submit({ taskId, goal: 'hold the device [sim duration=600000 steps=1]' });
+    for (const taskId of ids) {
+      await withTimeout(bf.fleet.submit({ taskId, goal: 'hold the device [sim duration=600000 steps=1]' }), SUBMIT_TIMEOUT_MS, 'submit');
+    }
     await waitUntil(
       async () => {
         const views = await Promise.all(ids.map((t) => bf.fleet.get(t)));

@@ -14,9 +14,10 @@ import { schedulerWorkflowId } from '../../workflows/ids';
 import { startBaseline } from '../lib/baseline';
 import { CpuMeter } from '../lib/cpu';
 import { startBenchFleet, type BenchFleet } from '../lib/fleet';
-import { fetchRuns, workflowTaskTimings } from '../lib/history';
+import { eventTypeName, fetchRuns, workflowTaskTimings } from '../lib/history';
+import { SUBMIT_TIMEOUT_MS } from '../lib/load';
 import { spawnControlPlaneProcess, stopProc } from '../lib/procs';
-import { log, mapLimit, round, rssMiB, summarize, waitUntil, type Summary } from '../lib/util';
+import { log, mapLimit, round, rssMiB, summarize, TimeoutError, waitUntil, withTimeout, type Summary } from '../lib/util';
 import type { Scenario } from './types';
 
 // ---- (1) the strategy alone ----
@@ -70,6 +71,11 @@ interface QueuePhase {
   fillMs: number;
   fillStoppedByBudget: boolean;
   submitErrors: number;
+  /**
+   * Submits never answered (admission reply lost), and where their enqueue landed in the
+   * scheduler's history: run index and how many events before that run's continue-as-new.
+   */
+  unanswered: { count: number; enqueueEventsBeforeContinueAsNew: number[]; runs: number[] };
   firstAssignMs?: number;
   cycles: Summary;
   cycleStarts: number;
@@ -115,6 +121,7 @@ async function queuePhase(
   const t0 = Date.now();
   let admitted = 0;
   let submitErrors = 0;
+  const unanswered: string[] = [];
   let stopped = false;
   const ids = Array.from({ length: wanted }, () => randomUUID());
   await mapLimit(ids, concurrency, async (taskId) => {
@@ -123,8 +130,13 @@ async function queuePhase(
       return;
     }
     try {
-      await bf.fleet.submit({ taskId, pool, goal: 'queued [p5]', constraints: { driverType } });
+      await withTimeout(
+        bf.fleet.submit({ taskId, pool, goal: 'queued [p5]', constraints: { driverType } }),
+        SUBMIT_TIMEOUT_MS,
+        'submit',
+      );
     } catch (err) {
+      if (err instanceof TimeoutError) unanswered.push(taskId);
       if (++submitErrors <= 3) log(`  submit failed: ${String(err)}`);
       return;
     }
@@ -152,6 +164,23 @@ async function queuePhase(
   const runs = await fetchRuns(bf.client, schedulerWorkflowId(pool));
   const wft = workflowTaskTimings(runs.flatMap((r) => r.events), from, to);
   const after = await bf.scheduler(pool);
+  const lost = new Set(unanswered);
+  const where: { enqueueEventsBeforeContinueAsNew: number[]; runs: number[] } = { enqueueEventsBeforeContinueAsNew: [], runs: [] };
+  runs.forEach((r, ri) => {
+    const can = r.events.findIndex((e) => eventTypeName(e) === 'WorkflowExecutionContinuedAsNew');
+    r.events.forEach((e, i) => {
+      const a = e.workflowExecutionSignaledEventAttributes;
+      if (a?.signalName !== 'enqueueTask') return;
+      try {
+        const req = JSON.parse(Buffer.from(a.input?.payloads?.[0]?.data ?? []).toString()) as { taskId: string };
+        if (!lost.has(req.taskId)) return;
+        where.runs.push(ri);
+        where.enqueueEventsBeforeContinueAsNew.push(can >= 0 ? can - i : -1);
+      } catch {
+        // not JSON
+      }
+    });
+  });
   const largest = carries(runs).sort((a, b) => b.bytes - a.bytes)[0];
   return {
     queryBytes: JSON.stringify(before).length,
@@ -165,6 +194,7 @@ async function queuePhase(
     fillMs,
     fillStoppedByBudget: stopped,
     submitErrors,
+    unanswered: { count: unanswered.length, ...where },
     firstAssignMs: starts[0] ? round(starts[0].at - tAdd, 0) : undefined,
     cycles: summarize(gaps),
     cycleStarts: starts.length,
@@ -266,6 +296,19 @@ export const p5Scale: Scenario = async (be, o) => {
       },
       { metric: `control-plane process RSS (MiB): idle -> ${n} queued`, fleet: `${idleRss} -> ${l.controlPlaneRssMiB}` },
       { metric: `scheduler runs (continue-as-new) after ${n} queued`, fleet: l.schedulerRuns },
+      {
+        metric: `submit calls never answered within ${SUBMIT_TIMEOUT_MS / 1000} s (admission reply lost)`,
+        fleet: s.unanswered.count + l.unanswered.count,
+        baseline: 0,
+        target: '0',
+        met: s.unanswered.count + l.unanswered.count === 0,
+      },
+      {
+        metric: '  their enqueue signal: events before the run\'s continue-as-new (max)',
+        fleet: l.unanswered.count + s.unanswered.count > 0
+          ? Math.max(...l.unanswered.enqueueEventsBeforeContinueAsNew, ...s.unanswered.enqueueEventsBeforeContinueAsNew)
+          : 'n/a',
+      },
       {
         metric: 'scheduler continue-as-new input: largest (bytes) / queued tasks carried',
         fleet: l.largestCarry ? `${l.largestCarry.bytes} / ${l.largestCarry.queued}` : 'no continue-as-new yet',
