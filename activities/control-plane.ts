@@ -24,6 +24,7 @@ export interface SyncHostRequest {
   pools: string[];
   version: number;
   keys: HostPublicKeys;
+  lastSeenAt?: number;
 }
 
 export interface ControlPlaneDeps {
@@ -77,6 +78,7 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
                 devices: req.devices.filter((d) => d.pool === pool),
                 version: req.version,
                 keys: req.keys,
+                lastSeenAt: req.lastSeenAt,
               },
             ],
           }),

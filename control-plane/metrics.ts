@@ -18,7 +18,7 @@ import type { RequestHandler } from 'express';
 import { Counter, Gauge, Registry, register as globalRegistry } from 'prom-client';
 import { schedulerWorkflowId } from '../workflows/ids';
 import { schedulerStateQuery, type SchedulerCounters, type SchedulerView } from '../workflows/messages';
-import { TASK_STATUSES, type TaskStatus } from '../workflows/types';
+import { INDEXED_STATUSES, TASK_STATUSES, type IndexedStatus } from '../workflows/types';
 import type { ControlPlaneConfig } from './config';
 
 export { TASK_STATUSES };
@@ -37,7 +37,7 @@ interface PoolReading {
   pool: string;
   view?: SchedulerView;
   /** Visibility counts; undefined when visibility did not answer. */
-  tasks?: Record<TaskStatus, number>;
+  tasks?: Record<IndexedStatus, number>;
   retried?: number;
 }
 
@@ -85,8 +85,8 @@ export function createFleetMetrics(opts: FleetMetricsOptions): FleetMetrics {
         timeoutMs,
         `scheduler ${pool}`,
       ).catch(() => undefined),
-      Promise.all(TASK_STATUSES.map((s) => count(`${base} AND FleetStatus = ${literal(s)}`))).then(
-        (ns) => Object.fromEntries(TASK_STATUSES.map((s, i) => [s, ns[i]])) as Record<TaskStatus, number>,
+      Promise.all(INDEXED_STATUSES.map((s) => count(`${base} AND FleetStatus = ${literal(s)}`))).then(
+        (ns) => Object.fromEntries(INDEXED_STATUSES.map((s, i) => [s, ns[i]])) as Record<IndexedStatus, number>,
         () => undefined,
       ),
       count(`${base} AND FleetAttempt > 1`).catch(() => undefined),
@@ -210,7 +210,7 @@ export function createFleetMetrics(opts: FleetMetricsOptions): FleetMetrics {
     (g, r) => {
       for (const { pool, tasks } of r) {
         if (!tasks) continue;
-        for (const status of TASK_STATUSES) g.set({ pool, status }, tasks[status]);
+        for (const status of INDEXED_STATUSES) g.set({ pool, status }, tasks[status]);
       }
     },
   );

@@ -74,7 +74,7 @@ describe('GET /metrics', () => {
     assert.equal(value(samples, 'fleet_device_releases_total', { pool }), 2);
     assert.equal(value(samples, 'fleet_devices', { pool, reserved: 'false' }), 1);
     assert.equal(value(samples, 'fleet_devices', { pool, reserved: 'true' }), 0);
-    for (const status of ['running', 'assigned', 'cancelled', 'rejected']) {
+    for (const status of ['running', 'cancelled', 'rejected']) {
       assert.equal(value(samples, 'fleet_tasks', { pool, status }), 0, status);
     }
     assert.equal(value(samples, 'fleet_tasks_retried', { pool }), 0);

@@ -172,6 +172,49 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
     ]);
   });
 
+  it('A lost lease presumes its host lost: the retry and new tasks avoid its idle devices until it reports again', async () => {
+    f = await startFleet('suspect');
+    // A long host timeout: without the presumption, h1 would look online (and d2 idle) for two minutes.
+    const p = await f.spawnHost('h1', ['d1', 'd2'], { hostTimeoutMs: 120_000 });
+    await deviceKnown(2);
+    const { taskId } = await f.fleet.submit({ goal: 'long [sim outcome=hang]', policy: { leaseTimeoutMs: 2_000 } });
+    await f.waitForStatus(taskId, 'running');
+    p.kill('SIGKILL');
+    const rescue = recordingRunners({
+      override: async (ctx) => {
+        ctx.started();
+        return { status: 'done', output: 'rescued' };
+      },
+    });
+    await f.addHost('h2', [{ deviceId: 'd3' }], { runners: rescue.runners });
+    const a = await f.waitForStatus(taskId, 'done', 30_000);
+    assert.deepEqual(
+      a.attempts.map((x) => [x.hostId, x.outcome]),
+      [
+        [f.hostId('h1'), 'lease_expired'],
+        [f.hostId('h2'), 'done'],
+      ],
+    );
+    const s = await f.scheduler();
+    const h1Devices = s.devices.filter((d) => d.hostId === f!.hostId('h1'));
+    assert.equal(h1Devices.length, 2);
+    assert.ok(h1Devices.every((d) => d.hostOnline && d.hostSuspectSince !== undefined), 'h1 online but presumed lost');
+    // New work goes to the live host, not to h1's idle d2 (which would only end in an ack timeout).
+    const b = await f.fleet.wait((await f.fleet.submit({ goal: 'B' })).taskId);
+    assert.equal(b.status, 'done');
+    assert.deepEqual(
+      b.attempts.map((x) => x.hostId),
+      [f.hostId('h2')],
+    );
+    // h1 comes back: its first snapshot after the loss proves it alive and its devices return.
+    await f.spawnHost('h1', ['d1', 'd2'], { hostTimeoutMs: 120_000, restart: true });
+    await eventually(async () => {
+      const v = await f!.scheduler();
+      const back = v.devices.filter((d) => d.hostId === f!.hostId('h1') && d.hostSuspectSince === undefined);
+      return back.length === 2 ? true : undefined;
+    }, 'h1 no longer presumed lost');
+  });
+
   it('Lease expires at the attempt limit: failed, reason lease_expired, reservation released', async () => {
     f = await startFleet('lease-limit');
     const p = await processHost('h1', 'd1');

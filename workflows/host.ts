@@ -12,6 +12,7 @@ import {
   proxyActivities,
   setCurrentDetails,
   setHandler,
+  sleep,
   upsertSearchAttributes,
 } from '@temporalio/workflow';
 import type * as controlActivities from '../activities/control-plane';
@@ -20,6 +21,7 @@ import { SignDomain, validPublicKeys, verifySignature, type HostPublicKeys } fro
 import {
   hostSnapshotUpdate,
   hostStateQuery,
+  reconfirmHostSignal,
   registerHostKeysSignal,
   setDeviceDrainSignal,
   setHostDrainSignal,
@@ -49,6 +51,7 @@ export interface HostInput {
     ensured: string[];
     publishedPools: string[];
     lastPublished: string;
+    reconfirmAt?: number;
   };
 }
 
@@ -109,6 +112,8 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
   const ensured = new Set<string>(input.carried?.ensured ?? []);
   let publishedPools = new Set<string>(input.carried?.publishedPools ?? []);
   let lastPublished = input.carried?.lastPublished ?? '';
+  /** A pool presumes this host lost since then: republish once a snapshot verified after it arrives. */
+  let reconfirmAt = input.carried?.reconfirmAt;
   let beats = 0;
   upsertSearchAttributes([
     { key: FleetKind, value: 'host' },
@@ -140,6 +145,10 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
     },
     { validator: (signed) => validateSnapshot(view, hostId, signed) },
   );
+  setHandler(reconfirmHostSignal, ({ reason }) => {
+    log.info('a pool presumes this host lost; republishing after its next snapshot', { hostId, reason });
+    reconfirmAt = Math.max(reconfirmAt ?? 0, Date.now());
+  });
   setHandler(setHostDrainSignal, ({ drained }) => {
     view.drained = drained;
     beats++;
@@ -153,7 +162,8 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
   const publishIfChanged = async (): Promise<void> => {
     if (!view.keys) return; // nothing to publish before enrolment
     const relevant = assignmentRelevant(view);
-    if (relevant === lastPublished) return;
+    const reconfirmed = reconfirmAt !== undefined && (view.lastSeenAt ?? 0) > reconfirmAt;
+    if (relevant === lastPublished && !reconfirmed) return;
     view.published++;
     const newDevices = view.devices.map((d) => d.deviceId).filter((id) => !ensured.has(id));
     const pools = new Set(view.devices.map((d) => d.pool ?? view.pool));
@@ -168,7 +178,9 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
       pools: [...new Set([...pools, ...publishedPools])],
       version: view.published,
       keys: view.keys,
+      lastSeenAt: view.lastSeenAt,
     });
+    if (reconfirmed) reconfirmAt = undefined;
     for (const id of newDevices) ensured.add(id);
     publishedPools = pools;
     lastPublished = relevant;
@@ -177,18 +189,33 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
     );
   };
 
-  while (!shouldContinueAsNew(input.historyLimit)) {
-    const seen = beats;
-    const heard = await condition(() => beats !== seen || shouldContinueAsNew(input.historyLimit), input.hostTimeoutMs);
-    if (!heard && view.online) {
+  // Liveness watchdog: one timer per silence window, not one per snapshot (each timer is a billed
+  // action and two history events; a host snapshots every few seconds).
+  void (async () => {
+    for (;;) {
+      if (!view.online || view.lastSeenAt === undefined) {
+        await condition(() => view.online && view.lastSeenAt !== undefined);
+        continue;
+      }
+      const left = view.lastSeenAt + input.hostTimeoutMs - Date.now();
+      if (left > 0) {
+        await sleep(left);
+        continue;
+      }
       log.info('host silent past its timeout: offline', { hostId });
       view.online = false;
+      beats++;
     }
+  })();
+
+  while (!shouldContinueAsNew(input.historyLimit)) {
+    const seen = beats;
+    await condition(() => beats !== seen || shouldContinueAsNew(input.historyLimit));
     await publishIfChanged();
   }
   await condition(allHandlersFinished);
   return await continueAsNew<typeof hostWorkflow>({
     ...input,
-    carried: { view, ensured: [...ensured], publishedPools: [...publishedPools], lastPublished },
+    carried: { view, ensured: [...ensured], publishedPools: [...publishedPools], lastPublished, reconfirmAt },
   });
 }

@@ -5,6 +5,7 @@
  */
 import { ed25519 } from '@noble/curves/ed25519';
 import { hexToBytes } from '@noble/curves/abstract/utils';
+import { sha512 } from '@noble/hashes/sha512';
 
 export interface HostPublicKeys {
   /** Ed25519 public key (hex) that verifies what the host signs. */
@@ -40,10 +41,53 @@ export function verifySignature(domain: SignDomainName, body: unknown, sigHex: u
   if (typeof sigHex !== 'string' || sigHex.length !== 128 || !HEX.test(sigHex)) return false;
   if (publicKeyHex.length !== 64 || !HEX.test(publicKeyHex)) return false;
   try {
-    return ed25519.verify(hexToBytes(sigHex), signedBytes(domain, body), hexToBytes(publicKeyHex));
+    return verifyEd25519(hexToBytes(sigHex), signedBytes(domain, body), publicKeyHex);
   } catch {
     return false;
   }
+}
+
+type Point = InstanceType<typeof ed25519.ExtendedPoint>;
+const CURVE_N = ed25519.CURVE.n;
+/** Enrolled keys seen recently, decoded and with their multiples precomputed (a pure cache: results never depend on it). */
+const keyPoints = new Map<string, Point>();
+const KEY_CACHE_MAX = 4096;
+
+function keyPoint(publicKeyHex: string): Point {
+  let p = keyPoints.get(publicKeyHex);
+  if (!p) {
+    p = ed25519.ExtendedPoint.fromHex(publicKeyHex, true);
+    p.precompute(8);
+    if (keyPoints.size >= KEY_CACHE_MAX) keyPoints.delete(keyPoints.keys().next().value!);
+    keyPoints.set(publicKeyHex, p);
+  }
+  return p;
+}
+
+function littleEndian(bytes: Uint8Array): bigint {
+  let x = BigInt(0);
+  for (let i = bytes.length - 1; i >= 0; i--) x = (x << BigInt(8)) | BigInt(bytes[i]);
+  return x;
+}
+
+/**
+ * Ed25519 verification with the same rules as noble's `ed25519.verify` (ZIP-215 decoding,
+ * S < n, cofactored equation [8]([S]B - R - [k]A) = 0), but with the public key's point decoded
+ * once and its multiples precomputed, and variable-time scalar multiplication (every input here
+ * is public). About 3x faster per check; inside the workflow sandbox that is several ms a message.
+ */
+export function verifyEd25519(sig: Uint8Array, msg: Uint8Array, publicKeyHex: string): boolean {
+  if (sig.length !== 64) return false;
+  const A = keyPoint(publicKeyHex);
+  const R = ed25519.ExtendedPoint.fromHex(sig.subarray(0, 32), true);
+  const s = littleEndian(sig.subarray(32));
+  if (s >= CURVE_N) return false;
+  const h = new Uint8Array(64 + msg.length);
+  h.set(sig.subarray(0, 32), 0);
+  h.set(hexToBytes(publicKeyHex), 32);
+  h.set(msg, 64);
+  const k = littleEndian(sha512(h)) % CURVE_N;
+  return R.add(A.multiplyUnsafe(k)).subtract(ed25519.ExtendedPoint.BASE.multiplyUnsafe(s)).clearCofactor().is0();
 }
 
 export function validPublicKeys(keys: HostPublicKeys | undefined): keys is HostPublicKeys {

@@ -38,6 +38,8 @@ export interface HostDevicesUpdate {
   version: number;
   /** The host's enrolled public keys. */
   keys: HostPublicKeys;
+  /** When the host workflow accepted the host's last verified snapshot (clears a suspicion older than it). */
+  lastSeenAt?: number;
 }
 export interface DeviceReleased {
   hostId: string;
@@ -151,6 +153,11 @@ export interface HostView {
 export const registerHostKeysSignal = defineSignal<[{ keys: HostPublicKeys }]>('registerHostKeys');
 /** Host -> host workflow: its complete signed snapshot; the validator refuses anything not signed by this host. */
 export const hostSnapshotUpdate = defineUpdate<{ accepted: true }, [SignedSnapshot]>('hostSnapshot');
+/**
+ * Scheduler -> host: an attempt on this host lost its lease or was never picked up. The host
+ * workflow republishes after the next verified snapshot, which proves the host is alive.
+ */
+export const reconfirmHostSignal = defineSignal<[{ reason: string; at: number }]>('reconfirmHost');
 export const setHostDrainSignal = defineSignal<[{ drained: boolean }]>('setHostDrain');
 export const setDeviceDrainSignal = defineSignal<[{ deviceId: string; drained: boolean }]>('setDeviceDrain');
 export const hostStateQuery = defineQuery<HostView>('hostState');

@@ -19,7 +19,7 @@ import {
 } from '@temporalio/workflow';
 import { shouldContinueAsNew } from './continue-as-new';
 import { ErrorType, Reason } from './errors';
-import { deviceKey, deviceWorkflowId, taskWorkflowId } from './ids';
+import { deviceKey, deviceWorkflowId, hostWorkflowId, taskWorkflowId } from './ids';
 import {
   admissionSignal,
   configureSchedulerUpdate,
@@ -28,6 +28,7 @@ import {
   expireHoldSignal,
   enqueueTaskSignal,
   hostDevicesSignal,
+  reconfirmHostSignal,
   reservationRefusedSignal,
   reserveDeviceSignal,
   schedulerStateQuery,
@@ -61,6 +62,7 @@ export interface SchedulerCarried {
   held: Array<[string, Held]>;
   hostVersions: Array<[string, number]>;
   hostKeys: Array<[string, HostPublicKeys]>;
+  suspects?: Array<[string, number]>;
   counters: SchedulerCounters;
   runs: number;
 }
@@ -68,6 +70,13 @@ export interface SchedulerCarried {
 /** Margin past a hold's own deadline before the scheduler stops believing it. */
 const HELD_SLACK_MS = 60_000;
 const HOLD_SWEEP_MS = 60_000;
+/**
+ * Attempt ends that say "the host itself is gone" rather than "this task failed": the host's
+ * devices get no work until a snapshot verified after this arrives (or this long passes, in case
+ * the host workflow cannot answer).
+ */
+const HOST_LOST_REASONS = new Set(['lease_expired', 'ack_timeout']);
+const SUSPECT_MAX_MS = 5 * 60_000;
 
 export interface SchedulerInput {
   pool: string;
@@ -103,6 +112,8 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   const held = new Map<string, Held>(c?.held ?? []);
   const hostVersions = new Map<string, number>(c?.hostVersions ?? []);
   const hostKeys = new Map<string, HostPublicKeys>(c?.hostKeys ?? []);
+  /** Hosts presumed lost, and since when (see HOST_LOST_REASONS). */
+  const suspects = new Map<string, number>(c?.suspects ?? []);
   const counters: SchedulerCounters = c?.counters ?? {
     admitted: 0,
     rejected: 0,
@@ -171,7 +182,11 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     })),
     devices: [...devices.entries()].map(([k, d]) => {
       const h = held.get(k);
-      return { ...d, reservedBy: h ? { taskId: h.taskId, leaseId: h.leaseId, attempt: h.attempt } : undefined };
+      return {
+        ...d,
+        hostSuspectSince: suspects.get(d.hostId),
+        reservedBy: h ? { taskId: h.taskId, leaseId: h.leaseId, attempt: h.attempt } : undefined,
+      };
     }),
     counters,
     runsSinceStart: runs,
@@ -230,6 +245,8 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   setHandler(hostDevicesSignal, (u) => {
     if ((hostVersions.get(u.hostId) ?? -1) >= u.version) return; // older than what we have
     hostVersions.set(u.hostId, u.version);
+    const since = suspects.get(u.hostId);
+    if (since !== undefined && (u.lastSeenAt ?? 0) > since) suspects.delete(u.hostId); // alive after all
     hostKeys.set(u.hostId, u.keys);
     for (const [k, d] of devices) if (d.hostId === u.hostId) devices.delete(k);
     for (const d of u.devices) {
@@ -250,6 +267,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
 
   setHandler(deviceReleasedSignal, (r) => {
     const k = deviceKey(r.hostId, r.deviceId);
+    if (HOST_LOST_REASONS.has(r.reason) || HOST_LOST_REASONS.has(r.detail ?? '')) suspectHost(r.hostId, r.detail ?? r.reason);
     if (held.get(k)?.leaseId === r.leaseId) {
       held.delete(k);
       counters.releases++;
@@ -278,7 +296,25 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     dirty = true;
   });
 
+  /** Presume the host lost: no work for its devices until it proves alive (HOST_LOST_REASONS). */
+  function suspectHost(hostId: string, reason: string): void {
+    if (suspects.has(hostId)) return;
+    const at = Date.now();
+    suspects.set(hostId, at);
+    log.warn('host presumed lost: its devices get no work until it reports again', { hostId, reason });
+    if (!draining) askReconfirm(hostId, at, reason); // else the next run asks
+  }
+
+  function askReconfirm(hostId: string, at: number, reason: string): void {
+    send(getExternalWorkflowHandle(hostWorkflowId(hostId)).signal(reconfirmHostSignal, { reason, at }), (err) => {
+      log.warn('could not ask the host workflow to reconfirm; not holding its devices back', { hostId, error: String(err) });
+      if (suspects.get(hostId) === at) suspects.delete(hostId);
+      dirty = true;
+    });
+  }
+
   const assignable = (k: string, d: PoolDevice): boolean =>
+    !suspects.has(d.hostId) &&
     d.hostOnline &&
     !d.hostDrained &&
     !d.deviceDrained &&
@@ -355,12 +391,21 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     return taken;
   };
 
+  for (const [hostId, at] of suspects) askReconfirm(hostId, at, 'carried over');
+
   // A coarse sweep so an expired hold frees its device even in a pool where nothing else happens.
   void (async () => {
     for (;;) {
       await sleep(HOLD_SWEEP_MS);
       const now = Date.now();
       if ([...held.values()].some((h) => h.until < now)) dirty = true;
+      for (const [hostId, since] of suspects) {
+        if (now - since > SUSPECT_MAX_MS) {
+          log.warn('host suspicion timed out without a new snapshot; offering its devices again', { hostId });
+          suspects.delete(hostId);
+          dirty = true;
+        }
+      }
     }
   })();
 
@@ -395,6 +440,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
       held: [...held.entries()],
       hostVersions: [...hostVersions.entries()],
       hostKeys: [...hostKeys.entries()],
+      suspects: [...suspects.entries()],
       counters,
       runs,
     },

@@ -513,8 +513,10 @@ function publish(state: TaskView): void {
         ]
       : []),
   ];
-  // `dispatched` is transient (claim and start are usually one report): not worth an upsert of its own.
-  const changed = state.status === 'dispatched' ? [] : wanted.filter((p) => current.get(p.key) !== p.value);
+  // `assigned` and `dispatched` are transient: not worth an upsert (a billed action) of their own.
+  // The attempt's host and device are indexed together with `running` (INDEXED_STATUSES).
+  const transient = state.status === 'assigned' || state.status === 'dispatched';
+  const changed = transient ? [] : wanted.filter((p) => current.get(p.key) !== p.value);
   if (changed.length > 0) upsertSearchAttributes(changed);
   const what = state.work.kind === 'goal' ? `goal: ${state.work.goal}` : `workflow: ${state.work.definition}`;
   const where = cur ? `${cur.hostId}/${cur.deviceId} (attempt ${cur.attempt})` : 'no device yet';

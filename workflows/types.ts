@@ -25,6 +25,22 @@ export const TASK_STATUSES = [
   'rejected',
 ] as const satisfies readonly TaskStatus[];
 
+/**
+ * The statuses the FleetStatus search attribute takes (visibility, the Web UI, list filters,
+ * metrics). `assigned` and `dispatched` last about one workflow task on a healthy host, so they
+ * are not worth an upsert (a billed action) each: while in them, FleetStatus still says `queued`;
+ * the task's own view (query, REST GET) has the exact status.
+ */
+export const INDEXED_STATUSES = [
+  'queued',
+  'running',
+  'done',
+  'failed',
+  'cancelled',
+  'rejected',
+] as const satisfies readonly TaskStatus[];
+export type IndexedStatus = (typeof INDEXED_STATUSES)[number];
+
 export interface WorkflowStep {
   name: string;
   /** argv array: never interpolated into a shell string. */
@@ -180,6 +196,11 @@ export interface PoolDevice {
   hostOnline: boolean;
   hostDrained: boolean;
   deviceDrained: boolean;
+  /**
+   * Set (in the scheduler's view) while the host is presumed lost: an attempt on it lost its lease
+   * or was never picked up. None of its devices gets work until a snapshot verified after that arrives.
+   */
+  hostSuspectSince?: number;
 }
 
 export interface ReservationRequest {

@@ -37,6 +37,7 @@ export function servingOrder(s: SchedulerView, now: number): QueuedEntry[] {
 export function unavailableBecause(d: SchedulerDevice): string | undefined {
   if (d.reservedBy) return 'reserved';
   if (!d.hostOnline) return 'host offline';
+  if (d.hostSuspectSince !== undefined) return 'host presumed lost (an attempt on it lost its lease); waiting for its next snapshot';
   if (d.hostDrained) return 'host drained';
   if (d.deviceDrained) return 'drained';
   if (d.health !== 'good') return d.health;

@@ -1,0 +1,72 @@
+/**
+ * Unit: the workflows' Ed25519 check (precomputed key points, variable-time) accepts and refuses
+ * exactly what the reference noble `ed25519.verify` does, including malleated and foreign signatures.
+ */
+import assert from 'node:assert/strict';
+import { ed25519 } from '@noble/curves/ed25519';
+import { bytesToHex } from '@noble/curves/abstract/utils';
+import fc from 'fast-check';
+import { verifyEd25519 } from '../workflows/identity';
+
+const keys = Array.from({ length: 3 }, () => {
+  const priv = ed25519.utils.randomPrivateKey();
+  return { priv, pub: ed25519.getPublicKey(priv) };
+});
+
+function both(sig: Uint8Array, msg: Uint8Array, pub: Uint8Array): [boolean, boolean] {
+  let reference: boolean;
+  try {
+    reference = ed25519.verify(sig, msg, pub);
+  } catch {
+    reference = false;
+  }
+  let ours: boolean;
+  try {
+    ours = verifyEd25519(sig, msg, bytesToHex(pub));
+  } catch {
+    ours = false;
+  }
+  return [ours, reference];
+}
+
+describe('signature check (unit)', () => {
+  it('agrees with noble ed25519.verify on valid, tampered and foreign signatures', () => {
+    fc.assert(
+      fc.property(
+        fc.uint8Array({ maxLength: 300 }),
+        fc.nat({ max: 2 }),
+        fc.nat({ max: 2 }),
+        fc.nat({ max: 63 }),
+        fc.nat({ max: 7 }),
+        fc.constantFrom('none', 'flip-sig', 'flip-msg', 'other-key'),
+        (msg, signer, verifier, byte, bit, tamper) => {
+          const sig = ed25519.sign(msg, keys[signer].priv);
+          const m = msg.slice();
+          const s = sig.slice();
+          let pub = keys[signer].pub;
+          if (tamper === 'flip-sig') s[byte] ^= 1 << bit;
+          if (tamper === 'flip-msg' && m.length > 0) m[byte % m.length] ^= 1 << bit;
+          if (tamper === 'other-key') pub = keys[verifier].pub;
+          const [ours, reference] = both(s, m, pub);
+          assert.equal(ours, reference);
+          if (tamper === 'none') assert.equal(ours, true);
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
+  it('refuses S + n (the malleated twin of a valid signature) like the reference', () => {
+    const msg = new TextEncoder().encode('fleet.report.v1\n{}');
+    const sig = ed25519.sign(msg, keys[0].priv);
+    let s = 0n;
+    for (let i = 63; i >= 32; i--) s = (s << 8n) | BigInt(sig[i]);
+    s += ed25519.CURVE.n;
+    const twin = sig.slice();
+    for (let i = 32; i < 64; i++) {
+      twin[i] = Number(s & 0xffn);
+      s >>= 8n;
+    }
+    assert.deepEqual(both(twin, msg, keys[0].pub), [false, false]);
+  });
+});
