@@ -340,6 +340,28 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
   it('Host never picks up (ack deadline): dispatch failure, released, requeued; after the limit: failed, dispatch_failed', async () => {
     f = await startFleet('ack');
     await silentHost('h1', ['d1']);
+    // The host keeps reporting (signed snapshots) but its worker never polls: alive, yet never picks
+    // up. (A host that also stopped reporting is presumed lost after the first ack timeout and gets
+    // no further attempts: see the lost-lease test.)
+    const cred = await f.enroll('h1');
+    let reporting = true;
+    const reports = (async () => {
+      for (let seq = 0; reporting; seq++) {
+        const snapshot = {
+          hostId: f!.hostId('h1'),
+          pool: f!.pool,
+          devices: [{ deviceId: 'd1', driverType: 'sim', tags: [], state: 'idle' as const, health: 'good' as const }],
+          sentAt: Date.now(),
+          seq,
+          bootId: 'reports-but-never-polls',
+        };
+        await f!.client.workflow
+          .getHandle(hostWorkflowId(f!.hostId('h1')))
+          .executeUpdate(hostSnapshotUpdate, { args: [{ snapshot, sig: sign(cred, SignDomain.Snapshot, snapshot) }] })
+          .catch(() => undefined);
+        await sleep(300);
+      }
+    })();
     const { taskId } = await f.fleet.submit({
       goal: 'x',
       policy: {
@@ -349,7 +371,10 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
         backoff: { initialMs: 100, multiplier: 2, maxMs: 1_000 },
       },
     });
-    const t = await f.waitForStatus(taskId, 'failed', 30_000);
+    const t = await f.waitForStatus(taskId, 'failed', 30_000).finally(() => {
+      reporting = false;
+    });
+    await reports;
     assert.equal(t.result?.reason, 'dispatch_failed');
     assert.equal(t.attempts.length, 2);
     for (const a of t.attempts) {
