@@ -26,7 +26,7 @@ import {
   FleetStatus,
 } from '../workflows/search-attributes';
 import type { taskWorkflow } from '../workflows/task';
-import type { TaskInput, TaskStatus, TaskView } from '../workflows/types';
+import type { IndexedStatus, TaskInput, TaskStatus, TaskView } from '../workflows/types';
 import { MAX_ATTEMPTS_LIMIT } from '../workflows/policy';
 import type { ControlPlaneConfig } from './config';
 
@@ -112,7 +112,8 @@ export interface TaskSummary {
 }
 
 export interface ListFilter {
-  status?: TaskStatus;
+  /** Indexed statuses only: a task that is assigned or dispatched lists as queued (INDEXED_STATUSES). */
+  status?: IndexedStatus;
   pool?: string;
   hostId?: string;
   deviceId?: string;

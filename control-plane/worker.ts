@@ -8,6 +8,13 @@ import type { schedulerWorkflow } from '../workflows/scheduler';
 import { poolConfig, type ControlPlaneConfig } from './config';
 import { createSealingCodec } from './sealing';
 
+/**
+ * Modules evaluated once per worker and shared by every workflow run (TS SDK `preloadModules`):
+ * only pure code with pure caches. workflows/identity.ts keeps decoded host keys and, through
+ * noble, the Ed25519 base-point table; without preloading each workflow run rebuilds both.
+ */
+export const WORKFLOW_PRELOAD_MODULES = [require.resolve('../workflows/identity')];
+
 export interface ControlPlaneWorkerOptions {
   connection: NativeConnection;
   client: Client;
@@ -25,7 +32,7 @@ export async function createControlPlaneWorker(opts: ControlPlaneWorkerOptions):
     taskQueue: opts.config.controlTaskQueue,
     ...(opts.workflowBundle
       ? { workflowBundle: opts.workflowBundle }
-      : { workflowsPath: require.resolve('../workflows') }),
+      : { workflowsPath: require.resolve('../workflows'), bundlerOptions: { preloadModules: WORKFLOW_PRELOAD_MODULES } }),
     activities: createControlPlaneActivities({ client: opts.client, config: opts.config }),
     // Seals what the task workflow sends to a host to that host's key (see sealing.ts).
     dataConverter: { payloadCodecs: [createSealingCodec()] },

@@ -5,6 +5,7 @@
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, DefaultLogger, Runtime, type WorkflowBundle } from '@temporalio/worker';
 import { temporalCliPath } from '../control-plane/temporal-cli';
+import { WORKFLOW_PRELOAD_MODULES } from '../control-plane/worker';
 import { ALL_SEARCH_ATTRIBUTES } from '../workflows/search-attributes';
 
 let env: TestWorkflowEnvironment | undefined;
@@ -33,7 +34,11 @@ export const mochaHooks = {
           extraArgs: ['--log-level', 'error'],
         },
       }),
-      bundleWorkflowCode({ workflowsPath: require.resolve('../workflows'), logger: new DefaultLogger('ERROR') }),
+      bundleWorkflowCode({
+        workflowsPath: require.resolve('../workflows'),
+        preloadModules: WORKFLOW_PRELOAD_MODULES,
+        logger: new DefaultLogger('ERROR'),
+      }),
     ]);
   },
   async afterAll(this: Mocha.Context) {

@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import { ed25519 } from '@noble/curves/ed25519';
 import { bytesToHex } from '@noble/curves/abstract/utils';
+import { sha512 } from '@noble/hashes/sha512';
 import fc from 'fast-check';
 import { verifyEd25519 } from '../workflows/identity';
 
@@ -68,5 +69,26 @@ describe('signature check (unit)', () => {
       s >>= 8n;
     }
     assert.deepEqual(both(twin, msg, keys[0].pub), [false, false]);
+  });
+  it('hashes the canonical re-encoding of R, as the reference does (non-canonical R accepted by ZIP-215)', () => {
+    // R = identity (nonce 0), written with the x sign bit set: "01 00..00 80" is a non-canonical
+    // encoding of the point whose canonical form is "01 00..00". S = k*a with k over the canonical R.
+    const { scalar, pointBytes } = ed25519.utils.getExtendedPublicKey(keys[1].priv);
+    const msg = new TextEncoder().encode('fleet.result.v1\n{"x":1}');
+    const canonicalR = new Uint8Array(32);
+    canonicalR[0] = 1;
+    const nonCanonicalR = canonicalR.slice();
+    nonCanonicalR[31] = 0x80;
+    const le = (b: Uint8Array) => b.reduceRight((x, v) => (x << 8n) | BigInt(v), 0n);
+    const n = ed25519.CURVE.n;
+    const k = le(sha512(new Uint8Array([...canonicalR, ...pointBytes, ...msg]))) % n;
+    let s = (k * scalar) % n;
+    const sig = new Uint8Array(64);
+    sig.set(nonCanonicalR, 0);
+    for (let i = 32; i < 64; i++) {
+      sig[i] = Number(s & 0xffn);
+      s >>= 8n;
+    }
+    assert.deepEqual(both(sig, msg, keys[1].pub), [true, true]);
   });
 });

@@ -162,7 +162,8 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
   const publishIfChanged = async (): Promise<void> => {
     if (!view.keys) return; // nothing to publish before enrolment
     const relevant = assignmentRelevant(view);
-    const reconfirmed = reconfirmAt !== undefined && (view.lastSeenAt ?? 0) > reconfirmAt;
+    const seenAt = view.lastSeenAt ?? 0;
+    const reconfirmed = reconfirmAt !== undefined && seenAt > reconfirmAt;
     if (relevant === lastPublished && !reconfirmed) return;
     view.published++;
     const newDevices = view.devices.map((d) => d.deviceId).filter((id) => !ensured.has(id));
@@ -180,7 +181,8 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
       keys: view.keys,
       lastSeenAt: view.lastSeenAt,
     });
-    if (reconfirmed) reconfirmAt = undefined;
+    // A request that came in while we published is only answered by a later snapshot.
+    if (reconfirmAt !== undefined && seenAt > reconfirmAt) reconfirmAt = undefined;
     for (const id of newDevices) ensured.add(id);
     publishedPools = pools;
     lastPublished = relevant;
@@ -208,9 +210,13 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
     }
   })();
 
+  // `handled` lives outside the loop: a change made while a publish was on its way (the watchdog
+  // going offline, say) is still seen by the next turn. A new run publishes whatever changed.
+  let handled = input.carried ? -1 : 0;
   while (!shouldContinueAsNew(input.historyLimit)) {
-    const seen = beats;
-    await condition(() => beats !== seen || shouldContinueAsNew(input.historyLimit));
+    await condition(() => beats !== handled || shouldContinueAsNew(input.historyLimit));
+    if (shouldContinueAsNew(input.historyLimit)) break;
+    handled = beats;
     await publishIfChanged();
   }
   await condition(allHandlersFinished);

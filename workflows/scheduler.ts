@@ -75,7 +75,8 @@ const HOLD_SWEEP_MS = 60_000;
  * devices get no work until a snapshot verified after this arrives (or this long passes, in case
  * the host workflow cannot answer).
  */
-const HOST_LOST_REASONS = new Set(['lease_expired', 'ack_timeout']);
+const hostLost = (r: { reason: string; detail?: string }): boolean =>
+  r.reason === 'lease_expired' || (r.reason === 'dispatch_failed' && r.detail === 'ack_timeout');
 const SUSPECT_MAX_MS = 5 * 60_000;
 
 export interface SchedulerInput {
@@ -112,7 +113,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   const held = new Map<string, Held>(c?.held ?? []);
   const hostVersions = new Map<string, number>(c?.hostVersions ?? []);
   const hostKeys = new Map<string, HostPublicKeys>(c?.hostKeys ?? []);
-  /** Hosts presumed lost, and since when (see HOST_LOST_REASONS). */
+  /** Hosts presumed lost, and since when (see hostLost). */
   const suspects = new Map<string, number>(c?.suspects ?? []);
   const counters: SchedulerCounters = c?.counters ?? {
     admitted: 0,
@@ -267,8 +268,8 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
 
   setHandler(deviceReleasedSignal, (r) => {
     const k = deviceKey(r.hostId, r.deviceId);
-    if (HOST_LOST_REASONS.has(r.reason) || HOST_LOST_REASONS.has(r.detail ?? '')) suspectHost(r.hostId, r.detail ?? r.reason);
     if (held.get(k)?.leaseId === r.leaseId) {
+      if (hostLost(r)) suspectHost(r.hostId, r.detail ?? r.reason);
       held.delete(k);
       counters.releases++;
       const end = `${r.reason}|${r.detail ?? ''}`;
@@ -296,7 +297,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     dirty = true;
   });
 
-  /** Presume the host lost: no work for its devices until it proves alive (HOST_LOST_REASONS). */
+  /** Presume the host lost: no work for its devices until it proves alive (hostLost). */
   function suspectHost(hostId: string, reason: string): void {
     if (suspects.has(hostId)) return;
     const at = Date.now();

@@ -3,6 +3,7 @@
  * search attributes, Prometheus metrics on a loopback port) and the two workflow bundles: the
  * fleet's workflows and the baseline workflow, bundled separately.
  */
+import { WORKFLOW_PRELOAD_MODULES } from '../../control-plane/worker';
 import { execFileSync } from 'node:child_process';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, DefaultLogger, Runtime, type WorkflowBundle } from '@temporalio/worker';
@@ -37,7 +38,11 @@ export async function startBenchEnv(): Promise<BenchEnv> {
         extraArgs: ['--log-level', 'error', '--metrics-port', String(metricsPort)],
       },
     }),
-    bundleWorkflowCode({ workflowsPath: require.resolve('../../workflows'), logger: new DefaultLogger('ERROR') }),
+    bundleWorkflowCode({
+      workflowsPath: require.resolve('../../workflows'),
+      preloadModules: WORKFLOW_PRELOAD_MODULES,
+      logger: new DefaultLogger('ERROR'),
+    }),
     bundleWorkflowCode({ workflowsPath: require.resolve('../baseline-workflows'), logger: new DefaultLogger('ERROR') }),
   ]);
   const serverPid = findServerPid(Number(env.address.split(':').pop()));
