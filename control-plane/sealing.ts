@@ -7,7 +7,7 @@
 import { createCipheriv, createDecipheriv, hkdfSync, randomBytes } from 'node:crypto';
 import type { Payload, PayloadCodec } from '@temporalio/common';
 import { bytesToHex, hexToBytes } from '@noble/curves/abstract/utils';
-import { x25519 } from '@noble/curves/ed25519';
+import { x25519Ephemeral, x25519PublicOf, x25519Shared } from './native-keys';
 
 export const SEALED_ENCODING = 'binary/fleet-sealed-x25519-aes256gcm';
 const MARKER = Buffer.from('{"sealedFor":');
@@ -22,9 +22,8 @@ function key(shared: Uint8Array, ephemeralPub: Uint8Array, recipientPub: Uint8Ar
 
 export function seal(payload: Payload, recipientBoxHex: string, hostId: string): Payload {
   const recipient = hexToBytes(recipientBoxHex);
-  const ephemeral = randomBytes(32);
-  const ephemeralPub = x25519.getPublicKey(ephemeral);
-  const k = key(x25519.getSharedSecret(ephemeral, recipient), ephemeralPub, recipient);
+  const { ephemeralPublic: ephemeralPub, shared } = x25519Ephemeral(recipient);
+  const k = key(shared, ephemeralPub, recipient);
   const iv = randomBytes(12);
   const cipher = createCipheriv('aes-256-gcm', k, iv);
   const inner = Buffer.from(
@@ -45,9 +44,8 @@ export function seal(payload: Payload, recipientBoxHex: string, hostId: string):
 export function open(payload: Payload, boxKeyHex: string): Payload {
   const meta = payload.metadata ?? {};
   const text = (k: string) => Buffer.from(meta[k] ?? []).toString();
-  const boxKey = hexToBytes(boxKeyHex);
   const ephemeralPub = hexToBytes(text('fleet-ephemeral'));
-  const k = key(x25519.getSharedSecret(boxKey, ephemeralPub), ephemeralPub, x25519.getPublicKey(boxKey));
+  const k = key(x25519Shared(boxKeyHex, ephemeralPub), ephemeralPub, x25519PublicOf(boxKeyHex));
   const data = Buffer.from(payload.data ?? []);
   const decipher = createDecipheriv('aes-256-gcm', k, Buffer.from(text('fleet-iv'), 'hex'));
   decipher.setAuthTag(data.subarray(data.length - 16));

@@ -8,6 +8,7 @@ import { chmodSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { bytesToHex, hexToBytes } from '@noble/curves/abstract/utils';
 import { ed25519, x25519 } from '@noble/curves/ed25519';
+import { ed25519Sign } from '../control-plane/native-keys';
 import { isValidId } from '../workflows/ids';
 import { signedBytes, type HostPublicKeys, type SignDomainName } from '../workflows/identity';
 
@@ -32,7 +33,8 @@ export function publicKeys(cred: HostCredential): HostPublicKeys {
 }
 
 export function sign(cred: HostCredential, domain: SignDomainName, body: unknown): string {
-  return bytesToHex(ed25519.sign(signedBytes(domain, body), hexToBytes(cred.signingKey)));
+  // Native Ed25519 (same signature as noble's; RFC 8032 signatures are deterministic).
+  return bytesToHex(ed25519Sign(signedBytes(domain, body), cred.signingKey));
 }
 
 export function saveHostCredential(path: string, cred: HostCredential): void {

@@ -8,6 +8,8 @@ import { bytesToHex } from '@noble/curves/abstract/utils';
 import { sha512 } from '@noble/hashes/sha512';
 import fc from 'fast-check';
 import { verifyEd25519 } from '../workflows/identity';
+import { ed25519Sign, x25519Ephemeral, x25519PublicOf, x25519Shared } from '../control-plane/native-keys';
+import { x25519 } from '@noble/curves/ed25519';
 
 const keys = Array.from({ length: 3 }, () => {
   const priv = ed25519.utils.randomPrivateKey();
@@ -90,5 +92,20 @@ describe('signature check (unit)', () => {
       s >>= 8n;
     }
     assert.deepEqual(both(sig, msg, keys[1].pub), [true, true]);
+  });
+  it('native Ed25519 signing and X25519 agreement give the same bytes as noble', () => {
+    fc.assert(
+      fc.property(fc.uint8Array({ minLength: 32, maxLength: 32 }), fc.uint8Array({ minLength: 32, maxLength: 32 }), fc.uint8Array({ maxLength: 200 }), (a, b, msg) => {
+        const aHex = bytesToHex(a);
+        assert.deepEqual(ed25519Sign(msg, aHex), ed25519.sign(msg, a));
+        assert.deepEqual(x25519PublicOf(aHex), x25519.getPublicKey(a));
+        const bPub = x25519.getPublicKey(b);
+        assert.deepEqual(x25519Shared(aHex, bPub), x25519.getSharedSecret(a, bPub));
+      }),
+      { numRuns: 50 },
+    );
+    const recipient = ed25519.utils.randomPrivateKey();
+    const { ephemeralPublic, shared } = x25519Ephemeral(x25519.getPublicKey(recipient));
+    assert.deepEqual(shared, x25519.getSharedSecret(recipient, ephemeralPublic));
   });
 });
