@@ -3,7 +3,9 @@
  * (standard TEMPORAL_* environment variables) and its credential, and opens no listening socket.
  */
 import { parseArgs } from 'node:util';
+import { Runtime } from '@temporalio/worker';
 import { connectClient, connectWorker, temporalSettingsFromEnv } from '../control-plane/connection';
+import { createLog, SdkJsonLogger } from '../control-plane/log';
 import { loadHostConfig } from './config';
 import { createDriver, createRunners } from './factory';
 import { startHost } from './host';
@@ -19,15 +21,18 @@ async function main(): Promise<void> {
   if (credential.hostId !== config.hostId) {
     throw new Error(`credential ${config.credentialFile} is for host ${credential.hostId}, not ${config.hostId}`);
   }
+  // The SDK's own lines (and activity logs) as JSON too, like the agent's, before any connection.
+  Runtime.install({
+    logger: new SdkJsonLogger('temporal'),
+    telemetryOptions: { logging: { filter: { core: 'WARN', other: 'ERROR' }, forward: {} } },
+  });
+  const agentLog = createLog('host-agent', { hostId: config.hostId });
   // A corrupt journal stops the host here, with the file named: nothing is silently forgotten.
   const journal = await Journal.open(config.journalPath);
   const settings = temporalSettingsFromEnv();
   const workerConnection = await connectWorker(settings);
   const client = await connectClient(settings);
-  const log = (message: string, fields: Record<string, unknown>) =>
-    console.log(
-      JSON.stringify({ time: new Date().toISOString(), level: 'info', hostId: config.hostId, message, ...fields }),
-    );
+  const log = (message: string, fields: Record<string, unknown>) => agentLog.info(message, fields);
   const simDefaults =
     config.driver.type === 'sim'
       ? { defaultDurationMs: config.driver.defaultDurationMs, defaultOutcome: config.driver.defaultOutcome }

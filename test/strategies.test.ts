@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { ActivityFailure, ApplicationFailure, TimeoutFailure } from '@temporalio/common';
 import { parseControlPlaneConfig } from '../control-plane/config';
 import { backoffDelayMs, DEFAULT_POLICY, validateTaskInput } from '../workflows/policy';
-import { getStrategy, hasStrategy, matches, registerStrategy, type QueuedTask } from '../workflows/strategies';
+import { getStrategy, hasStrategy, matches, packQueue, registerStrategy, unpackQueue, type QueuedTask } from '../workflows/strategies';
 import { classifyActivityError } from '../workflows/task';
 import type { PoolDevice, TaskInput } from '../workflows/types';
 
@@ -128,5 +128,27 @@ describe('policy and classification (pure)', () => {
     assert.deepEqual([forged.outcome, forged.retryable, forged.dispatchFailure], ['retryable_failure', true, false]);
     const crash = classifyActivityError(wrap(ApplicationFailure.retryable('boom', 'RunnerFailed')));
     assert.deepEqual([crash.outcome, crash.retryable, crash.dispatchFailure], ['retryable_failure', true, false]);
+  });
+  it('packs a full queue for continue-as-new losslessly and well under the 2 MiB payload limit', () => {
+    const shapes = [
+      { tags: [] },
+      { driverType: 'adb', tags: ['android-14', 'pixel'] },
+      { driverType: 'sim', tags: ['gpu'], hostId: 'lab-1' },
+    ];
+    const queue = Array.from({ length: 10_000 }, (_, i) => ({
+      taskId: `0b3e2c1a-6f7d-4e8b-9a0c-${String(i).padStart(12, '0')}`,
+      constraints: { ...shapes[i % shapes.length], tags: [...shapes[i % shapes.length].tags] },
+      priority: i % 7,
+      submittedAt: 1_795_950_000_000 + i,
+      enqueuedAt: 1_795_950_000_500 + i,
+      attempt: 1 + (i % 3),
+      holdMs: 125_000,
+    }));
+    const packed = packQueue(queue);
+    assert.deepEqual(unpackQueue(JSON.parse(JSON.stringify(packed))), queue);
+    assert.equal(packed.constraints.length, 3);
+    const bytes = JSON.stringify(packed).length;
+    assert.ok(bytes < 1_000_000, `packed 10,000 tasks: ${bytes} bytes`);
+    assert.ok(bytes < JSON.stringify(queue).length / 2, 'at least halves the carried size');
   });
 });

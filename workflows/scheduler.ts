@@ -37,7 +37,16 @@ import {
   type SchedulerCounters,
 } from './messages';
 import { FleetKind, FleetPool } from './search-attributes';
-import { byAge, getStrategy, hasStrategy, strategyNames, type QueuedTask } from './strategies';
+import {
+  byAge,
+  getStrategy,
+  hasStrategy,
+  packQueue,
+  strategyNames,
+  unpackQueue,
+  type PackedQueue,
+  type QueuedTask,
+} from './strategies';
 import type { HostPublicKeys } from './identity';
 import type { PoolDevice } from './types';
 
@@ -57,7 +66,9 @@ interface Held {
 export interface SchedulerCarried {
   /** Admission answers decided while the previous run was rolling over: sent by the next run. */
   replies?: Array<{ taskId: string; admission: Admission }>;
-  queue: QueuedTask[];
+  /** Older runs carried the queue as objects; new runs carry `packedQueue`. */
+  queue?: QueuedTask[];
+  packedQueue?: PackedQueue;
   devices: PoolDevice[];
   held: Array<[string, Held]>;
   hostVersions: Array<[string, number]>;
@@ -108,7 +119,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   let config = input.config;
   const c = input.carried;
   /** Oldest first (submittedAt, taskId): fifo_match walks it as is. */
-  const queue: QueuedTask[] = c ? [...c.queue] : [];
+  const queue: QueuedTask[] = c?.packedQueue ? unpackQueue(c.packedQueue) : [...(c?.queue ?? [])];
   const devices = new Map<string, PoolDevice>((c?.devices ?? []).map((d) => [deviceKey(d.hostId, d.deviceId), d]));
   const held = new Map<string, Held>(c?.held ?? []);
   const hostVersions = new Map<string, number>(c?.hostVersions ?? []);
@@ -436,7 +447,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     historyLimit: input.historyLimit,
     carried: {
       replies: deferredReplies,
-      queue,
+      packedQueue: packQueue(queue),
       devices: [...devices.values()],
       held: [...held.entries()],
       hostVersions: [...hostVersions.entries()],
