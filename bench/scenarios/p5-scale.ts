@@ -98,8 +98,10 @@ function carries(runs: Awaited<ReturnType<typeof fetchRuns>>): Array<{ bytes: nu
     const bytes = payloads.reduce((a, p) => a + (p.data?.length ?? 0), 0);
     let queued = 0;
     try {
-      const input = JSON.parse(Buffer.from(payloads[0]?.data ?? []).toString()) as { carried?: { queue?: unknown[] } };
-      queued = input.carried?.queue?.length ?? 0;
+      const input = JSON.parse(Buffer.from(payloads[0]?.data ?? []).toString()) as {
+        carried?: { queue?: unknown[]; packedQueue?: { rows: unknown[] } };
+      };
+      queued = input.carried?.packedQueue?.rows.length ?? input.carried?.queue?.length ?? 0;
     } catch {
       // not JSON: leave 0
     }
