@@ -43,6 +43,16 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
     return h;
   };
   const processHost = (name: string, deviceId: string, more: string[] = []) => f!.spawnHost(name, [deviceId, ...more]);
+  /** A live in-process host whose runner finishes every attempt at once ('rescued'). */
+  const rescueHost = (name: string, deviceId: string) =>
+    f!.addHost(name, [{ deviceId }], {
+      runners: recordingRunners({
+        override: async (ctx) => {
+          ctx.started();
+          return { status: 'done', output: 'rescued' };
+        },
+      }).runners,
+    });
 
   it('Assigning records, in one step, task, host/device, attempt, lease id, lease expiry and the device reservation', async () => {
     f = await startFleet('assign-record');
@@ -150,13 +160,7 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
     const { taskId } = await f.fleet.submit({ goal: 'long [sim outcome=hang]', policy: { leaseTimeoutMs: 3_000 } });
     await f.waitForStatus(taskId, 'running');
     p.kill('SIGKILL');
-    const rescue = recordingRunners({
-      override: async (ctx) => {
-        ctx.started();
-        return { status: 'done', output: 'rescued' };
-      },
-    });
-    await f.addHost('h2', [{ deviceId: 'd2' }], { runners: rescue.runners });
+    await rescueHost('h2', 'd2');
     const t = await f.waitForStatus(taskId, 'done', 30_000);
     assert.equal(t.attempts.length, 2);
     assert.equal(t.attempts[0].outcome, 'lease_expired');
@@ -180,13 +184,7 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
     const { taskId } = await f.fleet.submit({ goal: 'long [sim outcome=hang]', policy: { leaseTimeoutMs: 2_000 } });
     await f.waitForStatus(taskId, 'running');
     p.kill('SIGKILL');
-    const rescue = recordingRunners({
-      override: async (ctx) => {
-        ctx.started();
-        return { status: 'done', output: 'rescued' };
-      },
-    });
-    await f.addHost('h2', [{ deviceId: 'd3' }], { runners: rescue.runners });
+    await rescueHost('h2', 'd3');
     const a = await f.waitForStatus(taskId, 'done', 30_000);
     assert.deepEqual(
       a.attempts.map((x) => [x.hostId, x.outcome]),
