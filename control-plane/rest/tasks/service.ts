@@ -2,7 +2,8 @@
  * Task operations of the REST facade on top of FleetClient: idempotent submission (client task id
  * or Idempotency-Key), definition resolution, ownership, and the queue explanation of GET.
  */
-import { WorkflowNotFoundError } from '@temporalio/client';
+import { WorkflowNotFoundError, type Client } from '@temporalio/client';
+import type { SchedulerView } from '../../../workflows/messages';
 import { TaskNotFoundError, type SubmitRequest } from '../../client';
 import type { ControlPlaneConfig } from '../../config';
 import type { TaskInput, TaskPolicy, TaskView } from '../../../workflows/types';
@@ -81,10 +82,34 @@ export async function getTaskFor(deps: RestDeps, p: Principal, taskId: string): 
   return view;
 }
 
+/**
+ * GETs of queued tasks share one scheduler query per pool for up to a second. The answer carries
+ * the whole queue (about 1.3 MB at 7,000 queued tasks, measured by bench P5), so a dashboard polling
+ * many queued tasks would otherwise have the scheduler's worker serialize it once per task.
+ */
+const SCHEDULER_VIEW_TTL_MS = 1_000;
+const schedulerViews = new WeakMap<Client, Map<string, { at: number; view: Promise<SchedulerView | undefined> }>>();
+
+function sharedSchedulerState(client: Client, pool: string, fresh = false): Promise<SchedulerView | undefined> {
+  let byPool = schedulerViews.get(client);
+  if (!byPool) schedulerViews.set(client, (byPool = new Map()));
+  const now = Date.now();
+  const hit = byPool.get(pool);
+  if (hit && !fresh && now - hit.at < SCHEDULER_VIEW_TTL_MS) return hit.view;
+  const view = schedulerState(client, pool).catch(() => {
+    byPool.delete(pool); // never keep a failure
+    return undefined;
+  });
+  byPool.set(pool, { at: now, view });
+  return view;
+}
+
 /** The task as the API shows it; a queued task also says where it stands in the queue and why. */
 export async function taskResource(deps: RestDeps, view: TaskView): Promise<TaskResource> {
   if (view.status !== 'queued') return presentTask(view);
-  const s = await schedulerState(deps.client, view.pool).catch(() => undefined);
+  let s = await sharedSchedulerState(deps.client, view.pool);
+  // A task newer than the shared answer (just admitted) must not be explained from it.
+  if (s && !s.queue.some((q) => q.taskId === view.taskId)) s = await sharedSchedulerState(deps.client, view.pool, true);
   return presentTask(view, explainWait(view, s, Date.now()));
 }
 
