@@ -5,7 +5,7 @@
  *
  *   npm run bench -- --quick                      # small N, for development
  *   npm run bench -- --scenario P1,P2 --tasks 5000
- *   flags: --scenario P1,P2,P3,P4,P5,MEM  --tasks N  --hosts H  --devices D  --pollers N|default
+ *   flags: --scenario P1,P2,P3,P4,P5,MEM  --tasks N  --hosts H  --devices D  --pollers N|default  --fill-budget-s S
  *          --concurrency C  --samples N  --p3-tasks N  --queue N  --cycles N
  *          --lease-ms MS  --mem-tasks N  --out PATH
  */
@@ -43,6 +43,7 @@ function options(): { opts: BenchOptions; scenarios: string[]; out: string } {
       'p3-tasks': { type: 'string' },
       queue: { type: 'string' },
       cycles: { type: 'string' },
+      'fill-budget-s': { type: 'string' },
       'lease-ms': { type: 'string' },
       'mem-tasks': { type: 'string' },
       out: { type: 'string' },
@@ -67,6 +68,8 @@ function options(): { opts: BenchOptions; scenarios: string[]; out: string } {
     p3Tasks: num(values['p3-tasks'], 300, 100),
     p5Queue: num(values.queue, 10_000, 1_000),
     p5Cycles: num(values.cycles, 30, 15),
+    // 10,000 admissions at the ~15/s this machine manages take about 11 minutes.
+    p5FillBudgetMs: num(values['fill-budget-s'], 900, 240) * 1000,
     p4: {
       leaseMs,
       hostTimeoutMs: Math.round(leaseMs * 1.5),

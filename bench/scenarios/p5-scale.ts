@@ -243,7 +243,7 @@ export const p5Scale: Scenario = async (be, o) => {
     await cp.waitForOutput('control plane started', 120_000);
     idleRss = rssMiB(cp.pid);
     const mark = cpu.mark();
-    const budgetMs = o.quick ? 240_000 : 480_000;
+    const budgetMs = o.p5FillBudgetMs;
     const [small, large] = bf.pools;
     phases.push(await queuePhase(bf, small, 100, o.p5Cycles, o.concurrency, budgetMs, cp.pid));
     phases.push(await queuePhase(bf, large, big, o.p5Cycles, o.concurrency, budgetMs, cp.pid));

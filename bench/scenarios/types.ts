@@ -15,6 +15,8 @@ export interface BenchOptions {
   /** P5: the large queue (the small one is 100). */
   p5Queue: number;
   p5Cycles: number;
+  /** P5: how long filling one pool's queue may take before the scenario goes on with what it has. */
+  p5FillBudgetMs: number;
   /** P4 timings (ms). */
   p4: { leaseMs: number; hostTimeoutMs: number; snapshotIntervalMs: number; ackTimeoutMs: number; backoffMs: number; tasks: number };
   memTasks: number;
