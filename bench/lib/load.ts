@@ -121,53 +121,6 @@ export async function burstBaseline(
 }
 
 /**
- * Open-loop arrivals at `ratePerSec`: sample i is submitted at t0 + i/rate whether or not earlier
- * ones finished. Latency = submit call -> runner/activity entered. Returns latencies in ms.
- */
-export async function openLoop(
-  count: number,
-  ratePerSec: number,
-  submit: (i: number) => Promise<unknown>,
-  startedAt: (i: number) => number | undefined,
-  timeoutMs: number,
-): Promise<{ latencies: number[]; submitLatencies: number[]; missing: number; sentEpoch: number[] }> {
-  const sentAt: number[] = [];
-  const sentEpoch: number[] = [];
-  const submitLatencies: number[] = [];
-  const inflight: Promise<void>[] = [];
-  const t0 = performance.now();
-  for (let i = 0; i < count; i++) {
-    const due = t0 + (i * 1000) / ratePerSec;
-    const wait = due - performance.now();
-    if (wait > 0) await sleep(wait);
-    sentAt[i] = performance.now();
-    sentEpoch[i] = Date.now();
-    inflight.push(
-      withTimeout(submit(i), SUBMIT_TIMEOUT_MS, 'submit').then(
-        () => void submitLatencies.push(performance.now() - sentAt[i]),
-        (err) => log(`  submit ${i} failed: ${String(err)}`),
-      ),
-    );
-  }
-  await Promise.all(inflight);
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    let seen = 0;
-    for (let i = 0; i < count; i++) if (startedAt(i) !== undefined) seen++;
-    if (seen === count) break;
-    await sleep(50);
-  }
-  const latencies: number[] = [];
-  let missing = 0;
-  for (let i = 0; i < count; i++) {
-    const s = startedAt(i);
-    if (s === undefined) missing++;
-    else latencies.push(s - sentAt[i]);
-  }
-  return { latencies, submitLatencies, missing, sentEpoch };
-}
-
-/**
  * Closed loop: one task at a time (the previous one started and its submit call returned, then a
  * short gap), so every sample sees idle devices and no queue of our own making.
  */
