@@ -36,8 +36,13 @@ export interface HostActivityDeps {
   devices(): ReadonlyMap<string, DeviceSnapshot>;
   /** Minimum spacing of progress reports sent to the task (heartbeats carry every line). */
   progressIntervalMs: number;
-  /** How long the claim waits to ride on the `started` report before it is sent on its own (default 1 s). */
-  claimReportDelayMs?: number;
+  /**
+   * How long after the claim the first status report waits (default 1 s). A run that ends within it
+   * sends no report at all: its signed result carries claimedAt and startedAt, so a short task costs
+   * no update and no `running` upsert. After it, the report says `started` (the claim riding on it),
+   * or `claimed` if the runner has not started yet.
+   */
+  reportDelayMs?: number;
   /**
    * Takes the device for one assignment; false when a previous assignment's runner is still on it
    * (e.g. its lease was lost but it has not stopped yet). `releaseDevice` gives it back.
@@ -146,22 +151,26 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
             }),
           );
         let startedAt: number | undefined;
-        // The claim (`dispatched`) is reported on its own only if the runner has not started within
-        // claimReportDelayMs; usually it rides on the `started` report: one message instead of two.
+        /** Set once reportDelayMs passed with the run still going: from then on reports go out as they happen. */
+        let reportsOpen = false;
         let claimReported = false;
-        const claimTimer = setTimeout(() => {
-          if (startedAt !== undefined) return;
-          claimReported = true;
-          send({ kind: 'claimed', at: claimedAt });
-        }, deps.claimReportDelayMs ?? 1_000);
         let sentSeq = 0;
         let progressTimer: NodeJS.Timeout | undefined;
         const sendProgress = () => {
           progressTimer = undefined;
-          if (seq === sentSeq) return;
+          if (!reportsOpen || seq === sentSeq) return;
           sentSeq = seq;
           send({ kind: 'progress', at: Date.now(), seq, message: lastMessage });
         };
+        const reportTimer = setTimeout(() => {
+          reportsOpen = true;
+          if (startedAt !== undefined) send({ kind: 'started', at: startedAt, claimedAt });
+          else {
+            claimReported = true;
+            send({ kind: 'claimed', at: claimedAt });
+          }
+          if (seq !== sentSeq && !progressTimer) progressTimer = setTimeout(sendProgress, deps.progressIntervalMs);
+        }, deps.reportDelayMs ?? 1_000);
         const runCtx = {
           taskId: a.taskId,
           attempt: a.attempt,
@@ -170,14 +179,14 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
           started: () => {
             if (startedAt !== undefined) return;
             startedAt = Date.now();
-            clearTimeout(claimTimer);
-            send({ kind: 'started', at: startedAt, ...(claimReported ? {} : { claimedAt }) });
+            // Before reportDelayMs this is only remembered: the timer (or the result) tells the task.
+            if (reportsOpen) send({ kind: 'started', at: startedAt, ...(claimReported ? {} : { claimedAt }) });
           },
           progress: (message: string) => {
             seq++;
             lastMessage = message.slice(0, 500);
             heartbeat();
-            if (!progressTimer) progressTimer = setTimeout(sendProgress, deps.progressIntervalMs);
+            if (reportsOpen && !progressTimer) progressTimer = setTimeout(sendProgress, deps.progressIntervalMs);
           },
         };
 
@@ -195,7 +204,7 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
           if (err instanceof UnknownDefinitionError) return refuse(Reason.UnknownDefinition, err.message, false, false);
           return refuse(Reason.RunnerFailed, `runner crashed: ${(err as Error)?.message ?? String(err)}`, false);
         } finally {
-          clearTimeout(claimTimer);
+          clearTimeout(reportTimer);
           if (progressTimer) clearTimeout(progressTimer);
         }
         if (ctx.cancellationSignal.aborted)
@@ -212,6 +221,7 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
           startedAt,
           finishedAt: Date.now(),
           lastProgressSeq: seq,
+          ...(seq > 0 ? { lastProgress: lastMessage } : {}),
         });
       }
     },

@@ -24,7 +24,7 @@ describe('durability', () => {
     f = await startFleet('cp-kill', { controlPlane: 'process' });
     await f.addHost('h1', [{ deviceId: 'd1' }, { deviceId: 'd2' }]);
     const tasks = await Promise.all(
-      Array.from({ length: 8 }, (_, i) => f!.fleet.submit({ goal: `t${i} [sim duration=700]` })),
+      Array.from({ length: 8 }, (_, i) => f!.fleet.submit({ goal: `t${i} [sim duration=2000]` })),
     );
     await eventually(async () => {
       const views = await Promise.all(tasks.map((t) => f!.fleet.get(t.taskId)));

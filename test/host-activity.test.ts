@@ -62,12 +62,22 @@ function verified(s: unknown, a = assignment()) {
 describe('host activity (unit)', () => {
   const env = () => new MockActivityEnvironment({ workflowExecution: { workflowId: 'task/t1', runId: 'r' } });
 
-  it('runs a goal, reports claimed, started and progress in order, all signed, and returns a signed done', async () => {
+  it('a run that ends within the report delay sends no report: its signed result carries the times', async () => {
     const reports: AttemptReport[] = [];
-    const { runAssignment } = createHostActivities(deps({}, reports));
+    const { runAssignment } = createHostActivities(deps({}, reports)); // default delay 1 s, run 20 ms
     const out = verified(await env().run(runAssignment, assignment()));
     assert.equal(out.status, 'done');
-    // The runner started at once, so the claim rode on the `started` report (one message, not two).
+    assert.deepEqual(reports, [], 'no update for a short run');
+    assert.ok(out.claimedAt <= out.startedAt! && out.startedAt! <= out.finishedAt);
+    assert.ok(out.lastProgressSeq > 0, 'progress is counted in the result');
+  });
+
+  it('a longer run reports started (the claim riding on it) and progress in order, all signed', async () => {
+    const reports: AttemptReport[] = [];
+    const d = deps({ runners: createSimRunners({ defaultDurationMs: 400 }) }, reports);
+    const { runAssignment } = createHostActivities({ ...d, reportDelayMs: 50 });
+    const out = verified(await env().run(runAssignment, assignment()));
+    assert.equal(out.status, 'done');
     assert.equal(reports[0].kind, 'started');
     assert.ok(reports[0].claimedAt! <= reports[0].at);
     assert.ok(!reports.some((r) => r.kind === 'claimed'));
@@ -91,7 +101,7 @@ describe('host activity (unit)', () => {
         },
       },
     };
-    const { runAssignment } = createHostActivities({ ...deps({ runners }, reports), claimReportDelayMs: 50 });
+    const { runAssignment } = createHostActivities({ ...deps({ runners }, reports), reportDelayMs: 50 });
     verified(await env().run(runAssignment, assignment()));
     assert.deepEqual(
       reports.slice(0, 2).map((r) => r.kind),

@@ -255,6 +255,8 @@ export interface RunOutcome {
   startedAt?: number;
   finishedAt: number;
   lastProgressSeq: number;
+  /** The last progress line (a run shorter than the report delay sent none; see host-worker/activities). */
+  lastProgress?: string;
 }
 
 /**

@@ -350,7 +350,7 @@ describe('REST: tasks', () => {
 
   it('GET /v1/tasks/:id/events streams status and progress until the terminal status, then ends', async () => {
     const t = await post('alice', {
-      goal: 'stream [sim duration=900 steps=3]',
+      goal: 'stream [sim duration=2400 steps=3]',
       constraints: { driverType: 'android' },
     });
     assert.equal(t.status, 201, t.text);
