@@ -103,9 +103,9 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
       }
       let seq = 0;
       let lastMessage = '';
-      // Renew the lease from the first moment, and until the very end (reports included).
+      // Renew the lease until the very end (reports included). No heartbeat at the start: the lease
+      // runs from the activity's start anyway, and each heartbeat that reaches the server is billed.
       const heartbeat = () => ctx.heartbeat({ seq, message: lastMessage });
-      heartbeat();
       const renew = setInterval(heartbeat, Math.max(100, Math.floor(a.leaseTimeoutMs / 3)));
       try {
         await deps.journal?.add({

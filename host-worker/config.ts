@@ -15,6 +15,8 @@ export const HostConfigSchema = z.object({
   /** How often devices are discovered and the signed snapshot sent. */
   snapshotIntervalMs: z.number().int().positive().default(10_000),
   progressIntervalMs: z.number().int().positive().default(5_000),
+  /** A run shorter than this sends no status report: its signed result says it all (one update less). */
+  reportDelayMs: z.number().int().nonnegative().default(1_000),
   driver: DriverConfigSchema,
   /** Default: the simulated runner (with the sim driver's duration/outcome). */
   runner: RunnerConfigSchema.optional(),

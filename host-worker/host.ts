@@ -36,6 +36,8 @@ export interface HostOptions {
   definitions?: Map<string, WorkflowStep[]>;
   snapshotIntervalMs?: number;
   progressIntervalMs?: number;
+  /** See HostActivityDeps.reportDelayMs (default 1 s). */
+  reportDelayMs?: number;
   /** Concurrent assignments; defaults to the number of devices (at least 1). */
   maxConcurrentAssignments?: number;
   log?(message: string, fields: Record<string, unknown>): void;
@@ -77,6 +79,7 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
       runners: opts.runners ?? createSimRunners({ definitions: opts.definitions }),
       devices: () => devices,
       progressIntervalMs: opts.progressIntervalMs ?? 5_000,
+      reportDelayMs: opts.reportDelayMs,
       claimDevice: (deviceId) => {
         if (busy.has(deviceId)) return false;
         busy.add(deviceId);

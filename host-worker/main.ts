@@ -58,6 +58,7 @@ async function main(): Promise<void> {
     definitions: new Map(Object.entries(config.definitions)),
     snapshotIntervalMs: config.snapshotIntervalMs,
     progressIntervalMs: config.progressIntervalMs,
+    reportDelayMs: config.reportDelayMs,
     log,
   });
   log('host started', {

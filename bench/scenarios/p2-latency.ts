@@ -63,6 +63,11 @@ export const p2Latency: Scenario = async (be, o) => {
       'enqueue -> assignment reached task (scheduler + device)': [],
       'assignment -> activity scheduled (task)': [],
       'activity scheduled -> runner entered (matching + host)': [],
+      'task 1st workflow task: waiting for a poller': [],
+      'task 1st workflow task: on the worker': [],
+      'task 1st workflow task done -> enqueue delivered': [],
+      'assignment workflow task: waiting for a poller': [],
+      'assignment workflow task: on the worker': [],
     };
     await mapLimit(Array.from({ length: n }, (_, i) => i), 8, async (i) => {
       const r = bf.recorder.starts.get(`p2f-${i}`);
@@ -76,7 +81,30 @@ export const p2Latency: Scenario = async (be, o) => {
       const enqueued = at('ExternalWorkflowExecutionSignaled');
       const assigned = at('WorkflowExecutionSignaled', (e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'assignment');
       const scheduled = at('ActivityTaskScheduled');
-      const vals = [started - f.sentEpoch[i], enqueued - started, assigned - enqueued, scheduled - assigned, r.epoch - scheduled];
+      // The workflow task that carried the first enqueue, and the one that took the assignment.
+      const wft = (after: number) => {
+        const idx = run.events.findIndex((x) => eventTypeName(x) === 'WorkflowTaskScheduled' && eventMs(x) >= after);
+        const next = (type: string) => run.events.slice(idx).find((x) => eventTypeName(x) === type);
+        const st = next('WorkflowTaskStarted');
+        const done = next('WorkflowTaskCompleted');
+        return idx < 0 || !st || !done
+          ? [NaN, NaN, NaN]
+          : [eventMs(run.events[idx]), eventMs(st), eventMs(done)];
+      };
+      const [s1, st1, d1] = wft(started);
+      const [s2, st2, d2] = wft(assigned);
+      const vals = [
+        started - f.sentEpoch[i],
+        enqueued - started,
+        assigned - enqueued,
+        scheduled - assigned,
+        r.epoch - scheduled,
+        st1 - s1,
+        d1 - st1,
+        enqueued - d1,
+        st2 - s2,
+        d2 - st2,
+      ];
       Object.values(segs).forEach((arr, k) => Number.isFinite(vals[k]) && arr.push(vals[k]));
     });
     breakdown = Object.fromEntries(Object.entries(segs).map(([k, v]) => [k, summarize(v, 0)]));
