@@ -78,7 +78,13 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
           outcome,
         }),
       });
-      const refuse = (reason: string, message: string, dispatchFailure: boolean, retryable = true) =>
+      const refuse = (
+        reason: string,
+        message: string,
+        dispatchFailure: boolean,
+        retryable = true,
+        ran?: Pick<RunOutcome, 'startedAt' | 'lastProgressSeq' | 'lastProgress'>,
+      ) =>
         signed({
           status: 'failed',
           retryable,
@@ -88,6 +94,7 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
           claimedAt,
           finishedAt: Date.now(),
           lastProgressSeq: 0,
+          ...ran,
         });
 
       if (a.hostId !== hostId) {
@@ -201,8 +208,11 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
             throw ApplicationFailure.nonRetryable('lease superseded', ErrorType.StaleLease);
           if (ctx.cancellationSignal.aborted)
             throw new CancelledFailure(`run stopped: ${String(ctx.cancellationSignal.reason)}`);
-          if (err instanceof UnknownDefinitionError) return refuse(Reason.UnknownDefinition, err.message, false, false);
-          return refuse(Reason.RunnerFailed, `runner crashed: ${(err as Error)?.message ?? String(err)}`, false);
+          // What the run got to before it crashed: a run shorter than reportDelayMs reported none of it.
+          const ran = { startedAt, lastProgressSeq: seq, ...(seq > 0 ? { lastProgress: lastMessage } : {}) };
+          if (err instanceof UnknownDefinitionError)
+            return refuse(Reason.UnknownDefinition, err.message, false, false, ran);
+          return refuse(Reason.RunnerFailed, `runner crashed: ${(err as Error)?.message ?? String(err)}`, false, true, ran);
         } finally {
           clearTimeout(reportTimer);
           if (progressTimer) clearTimeout(progressTimer);

@@ -153,6 +153,27 @@ describe('host activity (unit)', () => {
     assert.deepEqual([out.status, out.retryable, out.reason], ['failed', false, 'unknown_definition']);
   });
 
+  it('a short run that crashes still tells the task when it started and its last progress line', async () => {
+    const reports: AttemptReport[] = [];
+    const sim = createSimRunners();
+    const runners = {
+      ...sim,
+      goal: {
+        runGoal: async (_goal: string, ctx: Parameters<typeof sim.goal.runGoal>[1]) => {
+          ctx.started();
+          ctx.progress('flashing');
+          throw new Error('adb went away');
+        },
+      },
+    };
+    const { runAssignment } = createHostActivities(deps({ runners }, reports));
+    const out = verified(await env().run(runAssignment, assignment()));
+    assert.deepEqual([out.status, out.retryable, out.reason], ['failed', true, 'runner_failed']);
+    assert.deepEqual(reports, [], 'no report within the delay');
+    assert.ok(out.startedAt! >= out.claimedAt);
+    assert.deepEqual([out.lastProgressSeq, out.lastProgress], [1, 'flashing']);
+  });
+
   it('cancellation (task cancelled or lease lost) aborts the runner and ends as cancelled', async () => {
     const { runAssignment } = createHostActivities(deps());
     const e = env();

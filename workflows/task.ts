@@ -396,8 +396,9 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
       record.claimedAt ??= r.claimedAt;
       record.startedAt ??= r.startedAt;
       // A short run reports nothing on its way (host reportDelayMs): its last progress line comes here.
-      if (r.lastProgressSeq > 0 && (state.progress === undefined || r.lastProgressSeq > state.progress.seq)) {
-        state.progress = { seq: r.lastProgressSeq, message: (r.lastProgress ?? '').slice(0, 500), at: r.finishedAt };
+      // It is this attempt's last word, newer than any report of it (seq restarts with each attempt).
+      if (r.lastProgressSeq > 0 && typeof r.lastProgress === 'string') {
+        state.progress = { seq: r.lastProgressSeq, message: r.lastProgress.slice(0, 500), at: r.finishedAt };
       }
       const c = classifyRunOutcome(r);
       return r.status === 'done' ? { ...c, message: r.output ?? r.message } : c;
