@@ -37,6 +37,8 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
     pool,
     config: poolConfig(config, pool),
     historyLimit: config.historyLimit,
+    holdSweepMs: config.holdSweepMs,
+    holdSlackMs: config.holdSlackMs,
   });
 
   return {

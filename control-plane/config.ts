@@ -55,6 +55,10 @@ export const ControlPlaneConfigSchema = z.object({
   hostTimeoutMs: z.number().int().positive().default(30_000),
   /** History length at which long-lived workflows continue-as-new (undefined: the server's suggestion, or 4,000). */
   historyLimit: z.number().int().min(20).optional(),
+  /** Holds nobody released (a task terminated while holding a device) are swept this often... */
+  holdSweepMs: z.number().int().positive().optional(),
+  /** ...once this long past their deadline. Both default to 60 s. */
+  holdSlackMs: z.number().int().nonnegative().optional(),
 });
 
 export type ControlPlaneConfig = z.infer<typeof ControlPlaneConfigSchema>;

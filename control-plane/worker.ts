@@ -49,7 +49,15 @@ export async function ensurePools(client: Client, config: ControlPlaneConfig): P
     const handle = await client.workflow.start<typeof schedulerWorkflow>('schedulerWorkflow', {
       workflowId: schedulerWorkflowId(pool),
       taskQueue: config.controlTaskQueue,
-      args: [{ pool, config: poolConfig(config, pool), historyLimit: config.historyLimit }],
+      args: [
+        {
+          pool,
+          config: poolConfig(config, pool),
+          historyLimit: config.historyLimit,
+          holdSweepMs: config.holdSweepMs,
+          holdSlackMs: config.holdSlackMs,
+        },
+      ],
       workflowIdConflictPolicy: 'USE_EXISTING',
       staticSummary: `scheduler of pool ${pool}`,
     });

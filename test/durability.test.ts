@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { deviceWorkflowId, hostWorkflowId } from '../workflows/ids';
 import { deviceStateQuery, hostStateQuery, releaseDeviceSignal } from '../workflows/messages';
-import { eventually, startFleet, type Fleet } from './helpers/fleet';
+import { eventually, FAST_POLICY, startFleet, type Fleet } from './helpers/fleet';
 import { assertNoOverlappingReservations, deviceReservationIntervals } from './helpers/invariants';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -81,6 +81,35 @@ describe('durability', () => {
     ]);
     assert.equal(reservations, 13);
   });
+  it('A task terminated while holding a device: the hold expires at its deadline, never before, and the queue moves on', async function () {
+    this.timeout(240_000); // the hold is 64 s long by construction
+    // Hold = ack 1 s + execution 3 s + 60 s grace; the scheduler sweeps every 2 s, 1 s past the deadline.
+    f = await startFleet('hold-expiry', {
+      taskDefaults: { ...FAST_POLICY, ackTimeoutMs: 1_000, executionTimeoutMs: 3_000 },
+      holdSweepMs: 2_000,
+      holdSlackMs: 1_000,
+    });
+    await f.addHost('h1', [{ deviceId: 'd1' }]);
+    const holder = await f.fleet.submit({ goal: 'holder [sim outcome=hang duration=300]' });
+    const running = await f.waitForStatus(holder.taskId, 'running');
+    // Terminated, not cancelled: the task workflow never releases its device (an operator's
+    // `temporal workflow terminate`, or a workflow that failed for good).
+    await f.client.workflow.getHandle(`task/${holder.taskId}`).terminate('test: gone without a release');
+    const next = await f.fleet.submit({ goal: 'next [sim duration=50]' });
+    const dev = f.client.workflow.getHandle(deviceWorkflowId(f.hostId('h1'), 'd1'));
+    const held = (await dev.query(deviceStateQuery)).current!;
+    assert.equal(held.taskId, holder.taskId);
+    await sleep(5_000);
+    assert.equal((await f.fleet.get(next.taskId)).status, 'queued', 'the device is not freed before its deadline');
+    const done = await f.fleet.wait(next.taskId);
+    assert.equal(done.status, 'done');
+    assert.equal(done.attempts[0].deviceId, 'd1');
+    assert.ok(done.attempts[0].assignedAt >= held.expiresAt, 'assigned only after the hold deadline');
+    const recent = (await dev.query(deviceStateQuery)).recent;
+    assert.equal(recent.find((r) => r.leaseId === running.current!.leaseId)?.releaseReason, 'hold_expired');
+    await assertNoOverlappingReservations(f.client, [{ hostId: f.hostId('h1'), deviceId: 'd1' }]);
+  });
+
   it('Every submission admitted while the scheduler rolls over gets its answer (none left waiting)', async () => {
     f = await startFleet('can-admit', { historyLimit: 30 });
     // No device matches: every task stays queued, so admission is answered by the scheduler itself.

@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { ActivityFailure, ApplicationFailure, TimeoutFailure } from '@temporalio/common';
 import { parseControlPlaneConfig } from '../control-plane/config';
-import { backoffDelayMs, DEFAULT_POLICY, validateTaskInput } from '../workflows/policy';
+import { backoffDelayMs, DEFAULT_POLICY, retryDelayMs, validateTaskInput } from '../workflows/policy';
 import { getStrategy, hasStrategy, matches, packQueue, registerStrategy, unpackQueue, type QueuedTask } from '../workflows/strategies';
 import { classifyActivityError } from '../workflows/task';
 import type { PoolDevice, TaskInput } from '../workflows/types';
@@ -93,6 +93,18 @@ describe('policy and classification (pure)', () => {
       [1, 2, 3, 4, 5].map((n) => backoffDelayMs(p, n)),
       [1_000, 2_000, 4_000, 5_000, 5_000],
     );
+  });
+
+  it('the retry wait counts the silence a lost lease or a missed ack deadline already waited', () => {
+    const p = { ...DEFAULT_POLICY, leaseTimeoutMs: 20_000, ackTimeoutMs: 30_000, backoff: { initialMs: 1_000, multiplier: 4, maxMs: 60_000 } };
+    // A task failure waits the whole backoff; a lost host was already silent for a lease.
+    assert.equal(retryDelayMs(p, 1, { outcome: 'retryable_failure', reason: 'runner_failed' }), 1_000);
+    assert.equal(retryDelayMs(p, 1, { outcome: 'lease_expired', reason: 'lease_expired' }), 0);
+    assert.equal(retryDelayMs(p, 4, { outcome: 'lease_expired', reason: 'lease_expired' }), 40_000); // 60 s cap - 20 s
+    assert.equal(retryDelayMs(p, 1, { outcome: 'dispatch_failed', reason: 'ack_timeout' }), 0);
+    assert.equal(retryDelayMs(p, 4, { outcome: 'dispatch_failed', reason: 'ack_timeout' }), 30_000);
+    // Other dispatch failures (device unavailable) answered at once: the full backoff.
+    assert.equal(retryDelayMs(p, 2, { outcome: 'dispatch_failed', reason: 'device_unavailable' }), 4_000);
   });
 
   it('validation names every bad field', () => {

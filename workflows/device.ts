@@ -101,6 +101,10 @@ export async function deviceWorkflow(input: DeviceInput): Promise<never> {
   setHandler(deviceStateQuery, () => view);
 
   setHandler(reserveDeviceSignal, (req) => {
+    if (view.current && view.current.expiresAt <= Date.now() && view.current.leaseId !== req.leaseId) {
+      // Past its deadline and nobody released it (the expireHold may have come too early): free it now.
+      release(view.current, 'hold_expired');
+    }
     const cur = view.current;
     if (cur?.leaseId === req.leaseId) return; // duplicate delivery
     if (cur) {

@@ -1,4 +1,5 @@
 /** Task defaults, validation and retry arithmetic. Pure and sandbox-safe. */
+import { Reason } from './errors';
 import { isValidId, ID_RULE } from './ids';
 import type { TaskInput, TaskPolicy } from './types';
 
@@ -22,6 +23,26 @@ export const MAX_ATTEMPTS_LIMIT = 100;
 
 export function reservationHoldMs(policy: TaskPolicy): number {
   return policy.ackTimeoutMs + policy.executionTimeoutMs + RESERVATION_GRACE_MS;
+}
+
+/**
+ * The wait before the next attempt, counted from the failed attempt's last sign of life. A lost
+ * lease means the host was silent for a whole lease, a missed ack deadline that nobody picked the
+ * attempt up for ackTimeoutMs: that silence already counts toward the backoff, so a task whose host
+ * died is retried elsewhere as soon as the loss is known (unless the backoff is longer still).
+ */
+export function retryDelayMs(
+  policy: TaskPolicy,
+  failedAttempt: number,
+  ended: { outcome: string; reason?: string },
+): number {
+  const silentMs =
+    ended.outcome === 'lease_expired'
+      ? policy.leaseTimeoutMs
+      : ended.outcome === 'dispatch_failed' && ended.reason === Reason.AckTimeout
+        ? policy.ackTimeoutMs
+        : 0;
+  return Math.max(0, backoffDelayMs(policy, failedAttempt) - silentMs);
 }
 
 /** Delay before attempt `failedAttempt + 1`: initial * multiplier^(failedAttempt-1), capped. */

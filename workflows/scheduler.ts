@@ -78,8 +78,9 @@ export interface SchedulerCarried {
   runs: number;
 }
 
-/** Margin past a hold's own deadline before the scheduler stops believing it. */
+/** Margin past a hold's own deadline before the scheduler stops believing it (default). */
 const HELD_SLACK_MS = 60_000;
+/** How often the scheduler looks for holds past their deadline (default). */
 const HOLD_SWEEP_MS = 60_000;
 /**
  * Attempt ends that say "the host itself is gone" rather than "this task failed": the host's
@@ -95,6 +96,12 @@ export interface SchedulerInput {
   config: SchedulerConfig;
   /** History length that triggers continue-as-new (default: DEFAULT_HISTORY_LIMIT or the server's suggestion). */
   historyLimit?: number;
+  /**
+   * Expiry of holds nobody released (a task terminated while holding a device): how often the
+   * scheduler sweeps (default 60 s) and how long past a hold's deadline it waits (default 60 s).
+   */
+  holdSweepMs?: number;
+  holdSlackMs?: number;
   carried?: SchedulerCarried;
 }
 
@@ -116,6 +123,8 @@ export function validateSchedulerConfig(config: SchedulerConfig): void {
 export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   validateSchedulerConfig(input.config);
   const { pool } = input;
+  const holdSweepMs = input.holdSweepMs ?? HOLD_SWEEP_MS;
+  const holdSlackMs = input.holdSlackMs ?? HELD_SLACK_MS;
   let config = input.config;
   const c = input.carried;
   /** Oldest first (submittedAt, taskId): fifo_match walks it as is. */
@@ -300,7 +309,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
         taskId: r.heldBy.taskId,
         leaseId: r.heldBy.leaseId,
         attempt: 0,
-        until: r.heldBy.expiresAt + HELD_SLACK_MS,
+        until: r.heldBy.expiresAt + holdSlackMs,
       });
     } else held.delete(k);
     if (h.task && queueIndex(h.task.taskId) < 0) insert(h.task);
@@ -376,7 +385,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
         leaseId,
         attempt: task.attempt,
         task,
-        until: Date.now() + task.holdMs + HELD_SLACK_MS,
+        until: Date.now() + task.holdMs + holdSlackMs,
       });
       counters.assignments++;
       send(
@@ -408,7 +417,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   // A coarse sweep so an expired hold frees its device even in a pool where nothing else happens.
   void (async () => {
     for (;;) {
-      await sleep(HOLD_SWEEP_MS);
+      await sleep(holdSweepMs);
       const now = Date.now();
       if ([...held.values()].some((h) => h.until < now)) dirty = true;
       for (const [hostId, since] of suspects) {
@@ -445,6 +454,8 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     pool,
     config,
     historyLimit: input.historyLimit,
+    holdSweepMs: input.holdSweepMs,
+    holdSlackMs: input.holdSlackMs,
     carried: {
       replies: deferredReplies,
       packedQueue: packQueue(queue),

@@ -40,7 +40,7 @@ import {
   type EnqueueRequest,
 } from './messages';
 import {
-  backoffDelayMs,
+  retryDelayMs,
   MAX_PROGRESS_REPORTS,
   RESERVATION_SAFETY_MS,
   reservationHoldMs,
@@ -317,7 +317,7 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
             message: `attempt limit ${input.policy.maxAttempts} reached (last: ${c.reason})`,
           });
         }
-        const delay = backoffDelayMs(input.policy, attemptNo);
+        const delay = retryDelayMs(input.policy, attemptNo, c);
         state.status = 'queued';
         state.nextAttemptAt = Date.now() + delay;
         publish(state);

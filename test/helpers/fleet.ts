@@ -49,6 +49,8 @@ export interface FleetOptions {
   maxQueueDepth?: number;
   agingMs?: number;
   historyLimit?: number;
+  holdSweepMs?: number;
+  holdSlackMs?: number;
   taskDefaults?: NonNullable<ControlPlaneConfigInput['taskDefaults']>;
 }
 
@@ -138,6 +140,8 @@ export async function startFleet(name: string, opts: FleetOptions = {}): Promise
     },
     taskDefaults: opts.taskDefaults ?? FAST_POLICY,
     historyLimit: opts.historyLimit,
+    holdSweepMs: opts.holdSweepMs,
+    holdSlackMs: opts.holdSlackMs,
   });
   const client = env.client;
   const fleet = new FleetClient(client, config);
