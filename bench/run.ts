@@ -7,7 +7,7 @@
  *   npm run bench -- --scenario P1,P2 --tasks 5000
  *   flags: --scenario P1,P2,P3,P4,P5,MEM  --tasks N  --hosts H  --devices D  --pollers N|default  --fill-budget-s S
  *          --concurrency C  --samples N  --p3-tasks N  --queue N  --cycles N
- *          --lease-ms MS  --mem-tasks N  --out PATH
+ *          --lease-ms MS  --mem-tasks N  --snapshot-ms MS  --out PATH
  */
 import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
@@ -46,6 +46,7 @@ function options(): { opts: BenchOptions; scenarios: string[]; out: string } {
       'fill-budget-s': { type: 'string' },
       'lease-ms': { type: 'string' },
       'mem-tasks': { type: 'string' },
+      'snapshot-ms': { type: 'string' },
       out: { type: 'string' },
     },
   });
@@ -79,6 +80,7 @@ function options(): { opts: BenchOptions; scenarios: string[]; out: string } {
       tasks: 4,
     },
     memTasks: num(values['mem-tasks'], 300, 150),
+    snapshotMs: num(values['snapshot-ms'], 10_000, 10_000),
   };
   const scenarios = (values.scenario ?? Object.keys(SCENARIOS).join(','))
     .split(',')

@@ -23,7 +23,7 @@ export const p1Throughput: Scenario = async (be, o) => {
   log(`  baseline: ${baseline.tasksPerSecond} tasks/s (${baseline.durationMs} ms)`);
 
   log(`P1 fleet: ${o.tasks} tasks over ${o.hosts} hosts x ${o.devices} devices`);
-  const bf = await startBenchFleet(be, { name: 'p1', hosts: o.hosts, devicesPerHost: o.devices });
+  const bf = await startBenchFleet(be, { name: 'p1', hosts: o.hosts, devicesPerHost: o.devices, snapshotIntervalMs: o.snapshotMs, hostTimeoutMs: o.snapshotMs * 3 });
   let fleet;
   try {
     fleet = await burstFleet(be.cpu, bf, ids('p1f'), o.concurrency, timeoutMs);

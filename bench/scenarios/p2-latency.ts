@@ -33,7 +33,7 @@ export const p2Latency: Scenario = async (be, o) => {
     await base.stop();
   }
   log(`P2 fleet: ${n} samples, one at a time, over ${o.hosts} hosts x ${o.devices} devices`);
-  const bf = await startBenchFleet(be, { name: 'p2', hosts: o.hosts, devicesPerHost: o.devices });
+  const bf = await startBenchFleet(be, { name: 'p2', hosts: o.hosts, devicesPerHost: o.devices, snapshotIntervalMs: o.snapshotMs, hostTimeoutMs: o.snapshotMs * 3 });
   let f: Awaited<ReturnType<typeof closedLoop>>;
   let idle: CpuUse;
   let breakdown: Record<string, ReturnType<typeof summarize>>;

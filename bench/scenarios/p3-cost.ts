@@ -43,7 +43,7 @@ export const p3Cost: Scenario = async (be, o) => {
   const bTally = await tallyWorkflows(be.env.client, ids('p3b').map((t) => base.workflowId(t)));
 
   log(`P3 fleet: ${m} tasks over ${o.hosts} hosts x ${o.devices} devices`);
-  const bf = await startBenchFleet(be, { name: 'p3', hosts: o.hosts, devicesPerHost: o.devices });
+  const bf = await startBenchFleet(be, { name: 'p3', hosts: o.hosts, devicesPerHost: o.devices, snapshotIntervalMs: o.snapshotMs, hostTimeoutMs: o.snapshotMs * 3 });
   const fm0 = await frontendRequests(be.metricsUrl);
   const runStart = Date.now();
   let fRun;

@@ -20,6 +20,8 @@ export interface BenchOptions {
   /** P4 timings (ms). */
   p4: { leaseMs: number; hostTimeoutMs: number; snapshotIntervalMs: number; ackTimeoutMs: number; backoffMs: number; tasks: number };
   memTasks: number;
+  /** P1-P3: host snapshot interval (product default 10 s). */
+  snapshotMs: number;
 }
 
 export interface Row {
