@@ -321,7 +321,7 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
         state.status = 'queued';
         state.nextAttemptAt = Date.now() + delay;
         publish(state);
-        await sleep(delay);
+        if (delay > 0) await sleep(delay); // a timer is a billed action: none when nothing is left to wait
         await enqueue(attemptNo + 1, false);
       }
     } catch (err) {
