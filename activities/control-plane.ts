@@ -4,11 +4,11 @@
  * injects the client and the configuration.
  */
 import type { Client } from '@temporalio/client';
-import { poolConfig, type ControlPlaneConfig } from '../control-plane/config';
+import { schedulerInput, type ControlPlaneConfig } from '../control-plane/config';
 import type { deviceWorkflow } from '../workflows/device';
 import { deviceWorkflowId, schedulerWorkflowId } from '../workflows/ids';
 import { hostDevicesSignal, type HostDevicesUpdate } from '../workflows/messages';
-import type { schedulerWorkflow, SchedulerInput } from '../workflows/scheduler';
+import type { schedulerWorkflow } from '../workflows/scheduler';
 import type { DeviceSnapshot } from '../workflows/types';
 import type { HostPublicKeys } from '../workflows/identity';
 
@@ -33,20 +33,13 @@ export interface ControlPlaneDeps {
 }
 
 export function createControlPlaneActivities({ client, config }: ControlPlaneDeps) {
-  const schedulerInput = (pool: string): SchedulerInput => ({
-    pool,
-    config: poolConfig(config, pool),
-    historyLimit: config.historyLimit,
-    holdSweepMs: config.holdSweepMs,
-    holdSlackMs: config.holdSlackMs,
-  });
 
   return {
     async ensureScheduler(pool: string): Promise<void> {
       await client.workflow.start<typeof schedulerWorkflow>('schedulerWorkflow', {
         workflowId: schedulerWorkflowId(pool),
         taskQueue: config.controlTaskQueue,
-        args: [schedulerInput(pool)],
+        args: [schedulerInput(config, pool)],
         workflowIdConflictPolicy: 'USE_EXISTING',
         staticSummary: `scheduler of pool ${pool}`,
       });
@@ -69,7 +62,7 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
           client.workflow.signalWithStart<typeof schedulerWorkflow, [HostDevicesUpdate]>('schedulerWorkflow', {
             workflowId: schedulerWorkflowId(pool),
             taskQueue: config.controlTaskQueue,
-            args: [schedulerInput(pool)],
+            args: [schedulerInput(config, pool)],
             signal: hostDevicesSignal,
             signalArgs: [
               {

@@ -7,6 +7,7 @@ import { z } from 'zod';
 import { DEFAULT_CONTROL_TASK_QUEUE, DEFAULT_POOL } from '../workflows/ids';
 import { DEFAULT_POLICY, MAX_ATTEMPTS_LIMIT } from '../workflows/policy';
 import { hasStrategy, strategyNames } from '../workflows/strategies';
+import type { SchedulerInput } from '../workflows/scheduler';
 
 export class ConfigError extends Error {
   override name = 'ConfigError';
@@ -94,4 +95,15 @@ export function loadControlPlaneConfig(env: NodeJS.ProcessEnv = process.env): Co
 
 export function poolConfig(config: ControlPlaneConfig, pool: string) {
   return config.pools[pool] ?? config.poolDefaults;
+}
+
+/** What a pool's scheduler starts with: its pool config plus the control plane's workflow knobs. */
+export function schedulerInput(config: ControlPlaneConfig, pool: string): SchedulerInput {
+  return {
+    pool,
+    config: poolConfig(config, pool),
+    historyLimit: config.historyLimit,
+    holdSweepMs: config.holdSweepMs,
+    holdSlackMs: config.holdSlackMs,
+  };
 }

@@ -5,7 +5,7 @@ import { createControlPlaneActivities } from '../activities/control-plane';
 import { schedulerWorkflowId } from '../workflows/ids';
 import { configureSchedulerUpdate } from '../workflows/messages';
 import type { schedulerWorkflow } from '../workflows/scheduler';
-import { poolConfig, type ControlPlaneConfig } from './config';
+import { poolConfig, schedulerInput, type ControlPlaneConfig } from './config';
 import { createSealingCodec } from './sealing';
 
 /**
@@ -49,15 +49,7 @@ export async function ensurePools(client: Client, config: ControlPlaneConfig): P
     const handle = await client.workflow.start<typeof schedulerWorkflow>('schedulerWorkflow', {
       workflowId: schedulerWorkflowId(pool),
       taskQueue: config.controlTaskQueue,
-      args: [
-        {
-          pool,
-          config: poolConfig(config, pool),
-          historyLimit: config.historyLimit,
-          holdSweepMs: config.holdSweepMs,
-          holdSlackMs: config.holdSlackMs,
-        },
-      ],
+      args: [schedulerInput(config, pool)],
       workflowIdConflictPolicy: 'USE_EXISTING',
       staticSummary: `scheduler of pool ${pool}`,
     });

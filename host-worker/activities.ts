@@ -113,6 +113,8 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
       // Renew the lease until the very end (reports included). No heartbeat at the start: the lease
       // runs from the activity's start anyway, and each heartbeat that reaches the server is billed.
       const heartbeat = () => ctx.heartbeat({ seq, message: lastMessage });
+      /** The result's progress fields (a run shorter than reportDelayMs sent no progress report). */
+      const progressSoFar = () => ({ lastProgressSeq: seq, ...(seq > 0 ? { lastProgress: lastMessage } : {}) });
       const renew = setInterval(heartbeat, Math.max(100, Math.floor(a.leaseTimeoutMs / 3)));
       try {
         await deps.journal?.add({
@@ -209,7 +211,7 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
           if (ctx.cancellationSignal.aborted)
             throw new CancelledFailure(`run stopped: ${String(ctx.cancellationSignal.reason)}`);
           // What the run got to before it crashed: a run shorter than reportDelayMs reported none of it.
-          const ran = { startedAt, lastProgressSeq: seq, ...(seq > 0 ? { lastProgress: lastMessage } : {}) };
+          const ran = { startedAt, ...progressSoFar() };
           if (err instanceof UnknownDefinitionError)
             return refuse(Reason.UnknownDefinition, err.message, false, false, ran);
           return refuse(Reason.RunnerFailed, `runner crashed: ${(err as Error)?.message ?? String(err)}`, false, true, ran);
@@ -230,8 +232,7 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
           claimedAt,
           startedAt,
           finishedAt: Date.now(),
-          lastProgressSeq: seq,
-          ...(seq > 0 ? { lastProgress: lastMessage } : {}),
+          ...progressSoFar(),
         });
       }
     },
