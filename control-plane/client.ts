@@ -4,18 +4,19 @@
  * configuration, and is idempotent on the task id.
  */
 import {
-  WithStartWorkflowOperation,
   WorkflowExecutionAlreadyStartedError,
   WorkflowFailedError,
-  WorkflowUpdateFailedError,
   type Client,
   type WorkflowIdReusePolicy,
 } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
+import { decodeFromPayloadsAtIndex } from '@temporalio/common/lib/internal-non-workflow';
+import { tsToMs } from '@temporalio/common/lib/time';
+import { temporal } from '@temporalio/proto';
 import { z } from 'zod';
 import { ErrorType } from '../workflows/errors';
 import { isValidId, ID_RULE, taskWorkflowId } from '../workflows/ids';
-import { submitUpdate, taskStateQuery } from '../workflows/messages';
+import { admissionSignal, assignmentSignal, taskStateQuery, type Admission } from '../workflows/messages';
 import {
   FleetAttempt,
   FleetDeviceId,
@@ -184,8 +185,13 @@ export class FleetClient {
     }
   }
 
+  /**
+   * Starts the task and waits for its pool's answer without an update of its own (an update is a
+   * billed action): the answer is the scheduler's `admission` or the device's `assignment` signal,
+   * which the task's history records anyway, so the client long-polls that history (not billed).
+   */
   private async startAndAwaitAdmission(input: TaskInput, reuse: WorkflowIdReusePolicy): Promise<TaskView> {
-    const startWorkflowOperation = new WithStartWorkflowOperation<typeof taskWorkflow>('taskWorkflow', {
+    const handle = await this.client.workflow.start<typeof taskWorkflow>('taskWorkflow', {
       workflowId: taskWorkflowId(input.taskId),
       taskQueue: this.config.controlTaskQueue,
       args: [input],
@@ -202,10 +208,73 @@ export class FleetClient {
       staticSummary:
         input.work.kind === 'goal' ? `goal: ${input.work.goal.slice(0, 200)}` : `workflow: ${input.work.definition}`,
     });
-    try {
-      return await this.client.workflow.executeUpdateWithStart(submitUpdate, { startWorkflowOperation });
-    } catch (err) {
-      throw translateRejection(err);
+    const answer = await this.readAdmission(handle.workflowId, handle.firstExecutionRunId);
+    if (answer.kind === 'closed') {
+      // Refused (a full queue), invalid, or ended without an answer we saw: a rejection is typed.
+      try {
+        await handle.result();
+      } catch (err) {
+        if (err instanceof WorkflowFailedError && err.cause instanceof ApplicationFailure) {
+          const type = err.cause.type;
+          if (type === ErrorType.QueueFull) throw new QueueFullError(err.cause.message);
+          if (type === ErrorType.InvalidTask || type === ErrorType.UnknownPool) {
+            throw new TaskRejectedError(err.cause.message, type);
+          }
+        }
+      }
+      return this.get(input.taskId);
+    }
+    // Answered before we started waiting: this id belonged to a task already under way (or it was
+    // very quick). Its recorded state, not a fresh one, is the honest answer.
+    if (answer.alreadyThere) return this.get(input.taskId);
+    return {
+      taskId: input.taskId,
+      pool: input.pool,
+      status: 'queued',
+      work: input.work,
+      constraints: input.constraints,
+      priority: input.priority,
+      owner: input.owner,
+      policy: input.policy,
+      submittedAt: answer.startedAt,
+      attempts: [],
+      consecutiveDispatchFailures: 0,
+      progressReports: 0,
+      cancelRequested: false,
+    };
+  }
+
+  /**
+   * Follows one task run's history until the pool's answer: an accepted `admission`, or the first
+   * `assignment` (which stands for the admission when a device was free at once). A refusal is
+   * followed by the run's close, which carries the typed reason.
+   */
+  private async readAdmission(
+    workflowId: string,
+    runId: string,
+  ): Promise<{ kind: 'admitted'; startedAt: number; alreadyThere: boolean } | { kind: 'closed' }> {
+    const converter = this.client.workflow.options.loadedDataConverter;
+    let nextPageToken: Uint8Array | undefined;
+    let startedAt = Date.now();
+    for (let page = 0; ; page++) {
+      const res = await this.client.workflowService.getWorkflowExecutionHistory({
+        namespace: this.client.options.namespace,
+        execution: { workflowId, runId },
+        nextPageToken,
+        waitNewEvent: true,
+      });
+      for (const e of res.history?.events ?? []) {
+        if (e.workflowExecutionStartedEventAttributes && e.eventTime) startedAt = tsToMs(e.eventTime);
+        const signal = e.workflowExecutionSignaledEventAttributes;
+        const admitted =
+          signal?.signalName === assignmentSignal.name ||
+          (signal?.signalName === admissionSignal.name &&
+            (await decodeFromPayloadsAtIndex<Admission>(converter, 0, signal.input?.payloads)).accepted);
+        if (admitted) return { kind: 'admitted', startedAt, alreadyThere: page === 0 };
+        if (e.eventType !== undefined && e.eventType !== null && CLOSE_EVENTS.has(e.eventType)) return { kind: 'closed' };
+      }
+      nextPageToken = res.nextPageToken?.length ? res.nextPageToken : undefined;
+      if (!nextPageToken) return { kind: 'closed' };
     }
   }
 
@@ -257,10 +326,11 @@ export class FleetClient {
   }
 }
 
-function translateRejection(err: unknown): unknown {
-  if (err instanceof WorkflowUpdateFailedError && err.cause instanceof ApplicationFailure) {
-    if (err.cause.type === ErrorType.QueueFull) return new QueueFullError(err.cause.message);
-    return new TaskRejectedError(err.cause.message, err.cause.type ?? 'rejected');
-  }
-  return err;
-}
+const CLOSE_EVENTS = new Set<temporal.api.enums.v1.EventType>([
+  temporal.api.enums.v1.EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+  temporal.api.enums.v1.EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+  temporal.api.enums.v1.EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
+  temporal.api.enums.v1.EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
+  temporal.api.enums.v1.EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
+  temporal.api.enums.v1.EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
+]);

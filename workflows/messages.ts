@@ -107,8 +107,6 @@ export const admissionSignal = defineSignal<[Admission]>('admission');
 export const assignmentSignal = defineSignal<[Assignment]>('assignment');
 /** Host -> task: claimed / started / progress, fenced by attempt and leaseId (validator rejects stale reports). */
 export const reportAttemptUpdate = defineUpdate<{ accepted: true }, [AttemptReport]>('reportAttempt');
-/** Used with update-with-start: returns once the scheduler admitted (or rejected) the task. */
-export const submitUpdate = defineUpdate<TaskView, []>('submit');
 export const taskStateQuery = defineQuery<TaskView>('taskState');
 
 // ---- device/<hostId>/<deviceId> ----

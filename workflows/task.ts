@@ -34,7 +34,6 @@ import {
   enqueueTaskSignal,
   releaseDeviceSignal,
   reportAttemptUpdate,
-  submitUpdate,
   taskStateQuery,
   type Admission,
   type EnqueueRequest,
@@ -177,13 +176,6 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
     } else if (!(state.current && state.current.leaseId === a.leaseId)) {
       stray.push(a);
     }
-  });
-  setHandler(submitUpdate, async () => {
-    await condition(() => admission !== undefined);
-    if (!admission!.accepted) {
-      throw ApplicationFailure.nonRetryable(admission!.message ?? 'task rejected', typeForReason(admission!.reason));
-    }
-    return state;
   });
   setHandler(
     reportAttemptUpdate,
