@@ -257,6 +257,8 @@ export class FleetClient {
     let nextPageToken: Uint8Array | undefined;
     let startedAt = Date.now();
     for (let page = 0; ; page++) {
+      // A long poll returns at each new batch of events: about 6.5 reads per submit in P3 (not billed).
+      // Pausing between polls does not merge batches under load (they come seconds apart), so none.
       const res = await this.client.workflowService.getWorkflowExecutionHistory({
         namespace: this.client.options.namespace,
         execution: { workflowId, runId },

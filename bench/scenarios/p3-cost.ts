@@ -109,6 +109,13 @@ export const p3Cost: Scenario = async (be, o) => {
         baseline: per(bHeartbeats, bDone),
       },
       {
+        // Not billed, but server work: the submit call reads the task's history for the pool's answer
+        // (long poll), and a worker reads history when a workflow is not in its cache.
+        metric: 'history reads / task (server Get/PollWorkflowExecutionHistory; not billed)',
+        fleet: per((fOps.GetWorkflowExecutionHistory ?? 0) + (fOps.PollWorkflowExecutionHistory ?? 0), done),
+        baseline: per((bOps.GetWorkflowExecutionHistory ?? 0) + (bOps.PollWorkflowExecutionHistory ?? 0), bDone),
+      },
+      {
         metric: 'billed incl. heartbeats / task',
         fleet: per(billed + heartbeats, done),
         baseline: per(bBilled + bHeartbeats, bDone),
