@@ -1,6 +1,7 @@
 /** The typed client's list and validation, through the registered search attributes (what the Web UI filters on). */
 import assert from 'node:assert/strict';
 import { ValidationError } from '../control-plane/client';
+import { taskWorkflowId } from '../workflows/ids';
 import { eventually, startFleet, type Fleet } from './helpers/fleet';
 
 describe('fleet client', () => {
@@ -46,5 +47,39 @@ describe('fleet client', () => {
       onHost.map((t) => t.taskId),
       [done.taskId],
     );
+  });
+
+  it('submit reads the pool answer from the task history: no update (a billed action) is sent', async () => {
+    f = await startFleet('client-admit');
+    await f.addHost('h1', [{ deviceId: 'd1', driverType: 'android' }]);
+    // A device is free: the device's assignment stands for the admission.
+    const atOnce = await f.fleet.submit({ goal: 'quick [sim duration=50]', constraints: { driverType: 'android' } });
+    assert.equal(atOnce.status, 'queued');
+    // Nothing matches: the scheduler's admission signal is the answer, and the task waits in the queue.
+    const waiting = await f.fleet.submit({ goal: 'needs ios', constraints: { driverType: 'ios' } });
+    assert.equal(waiting.status, 'queued');
+    assert.deepEqual(
+      (await f.scheduler()).queue.map((q) => q.taskId),
+      [waiting.taskId],
+    );
+    assert.equal((await f.fleet.wait(atOnce.taskId)).status, 'done');
+    // A repeat attaches to the same run and returns its recorded state.
+    const again = await f.fleet.submit({ taskId: waiting.taskId, goal: 'needs ios', constraints: { driverType: 'ios' } });
+    assert.equal(again.taskId, waiting.taskId);
+    assert.equal(again.submittedAt, waiting.submittedAt);
+    assert.equal((await f.fleet.get(waiting.taskId)).submittedAt, waiting.submittedAt);
+
+    const signals = async (taskId: string) => {
+      const { events } = await f!.client.workflow.getHandle(taskWorkflowId(taskId)).fetchHistory();
+      const updates = events!.filter(
+        (e) => e.workflowExecutionUpdateAcceptedEventAttributes || e.workflowExecutionUpdateAdmittedEventAttributes,
+      );
+      assert.equal(updates.length, 0, `task ${taskId} got an update`);
+      return events!.map((e) => e.workflowExecutionSignaledEventAttributes?.signalName).filter(Boolean);
+    };
+    assert.ok((await signals(atOnce.taskId)).includes('assignment'));
+    const waitingSignals = await signals(waiting.taskId);
+    assert.ok(waitingSignals.includes('admission'), waitingSignals.join(','));
+    assert.ok(!waitingSignals.includes('assignment'), waitingSignals.join(','));
   });
 });
