@@ -28,7 +28,7 @@ import {
 } from '../workflows/search-attributes';
 import type { taskWorkflow } from '../workflows/task';
 import type { IndexedStatus, TaskInput, TaskStatus, TaskView } from '../workflows/types';
-import { MAX_ATTEMPTS_LIMIT } from '../workflows/policy';
+import { initialTaskView, MAX_ATTEMPTS_LIMIT } from '../workflows/policy';
 import type { ControlPlaneConfig } from './config';
 
 export class ValidationError extends Error {
@@ -227,21 +227,7 @@ export class FleetClient {
     // Answered before we started waiting: this id belonged to a task already under way (or it was
     // very quick). Its recorded state, not a fresh one, is the honest answer.
     if (answer.alreadyThere) return this.get(input.taskId);
-    return {
-      taskId: input.taskId,
-      pool: input.pool,
-      status: 'queued',
-      work: input.work,
-      constraints: input.constraints,
-      priority: input.priority,
-      owner: input.owner,
-      policy: input.policy,
-      submittedAt: answer.startedAt,
-      attempts: [],
-      consecutiveDispatchFailures: 0,
-      progressReports: 0,
-      cancelRequested: false,
-    };
+    return initialTaskView(input, answer.startedAt);
   }
 
   /**

@@ -1,7 +1,7 @@
 /** Task defaults, validation and retry arithmetic. Pure and sandbox-safe. */
 import { Reason } from './errors';
 import { isValidId, ID_RULE } from './ids';
-import type { TaskInput, TaskPolicy } from './types';
+import type { TaskInput, TaskPolicy, TaskView } from './types';
 
 export const DEFAULT_POLICY: TaskPolicy = {
   maxAttempts: 3,
@@ -97,4 +97,23 @@ export function validateTaskInput(input: TaskInput): string[] {
     }
   }
   return problems;
+}
+
+/** A task's view before anything happened to it: what the workflow starts from, and what submit returns. */
+export function initialTaskView(input: TaskInput, submittedAt: number): TaskView {
+  return {
+    taskId: input.taskId,
+    pool: input.pool,
+    status: 'queued',
+    work: input.work,
+    constraints: input.constraints,
+    priority: input.priority,
+    owner: input.owner,
+    policy: input.policy,
+    submittedAt,
+    attempts: [],
+    consecutiveDispatchFailures: 0,
+    progressReports: 0,
+    cancelRequested: false,
+  };
 }

@@ -39,6 +39,7 @@ import {
   type EnqueueRequest,
 } from './messages';
 import {
+  initialTaskView,
   retryDelayMs,
   MAX_PROGRESS_REPORTS,
   RESERVATION_SAFETY_MS,
@@ -140,21 +141,7 @@ export function classifyActivityError(err: unknown, claimed = false): Classified
 export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
   const info = workflowInfo();
   const submittedAt = input.submittedAt ?? info.startTime.getTime();
-  const state: TaskView = {
-    taskId: input.taskId,
-    pool: input.pool,
-    status: 'queued',
-    work: input.work,
-    constraints: input.constraints,
-    priority: input.priority,
-    owner: input.owner,
-    policy: input.policy,
-    submittedAt,
-    attempts: [],
-    consecutiveDispatchFailures: 0,
-    progressReports: 0,
-    cancelRequested: false,
-  };
+  const state: TaskView = initialTaskView(input, submittedAt);
   let admission: Admission | undefined;
   /** The attempt number we are waiting a device for; 0 when not waiting. */
   let awaitingAttempt = 0;
