@@ -27,7 +27,7 @@ import {
   FleetStatus,
 } from '../workflows/search-attributes';
 import type { taskWorkflow } from '../workflows/task';
-import type { IndexedStatus, TaskInput, TaskStatus, TaskView } from '../workflows/types';
+import type { Assignment, IndexedStatus, TaskInput, TaskStatus, TaskView } from '../workflows/types';
 import { initialTaskView, MAX_ATTEMPTS_LIMIT } from '../workflows/policy';
 import type { ControlPlaneConfig } from './config';
 
@@ -208,7 +208,7 @@ export class FleetClient {
       staticSummary:
         input.work.kind === 'goal' ? `goal: ${input.work.goal.slice(0, 200)}` : `workflow: ${input.work.definition}`,
     });
-    const answer = await this.readAdmission(handle.workflowId, handle.firstExecutionRunId);
+    const answer = await this.readAdmission(handle.workflowId, handle.firstExecutionRunId, input);
     if (answer.kind === 'closed') {
       // Refused (a full queue), invalid, or ended without an answer we saw: a rejection is typed.
       try {
@@ -224,24 +224,31 @@ export class FleetClient {
       }
       return this.get(input.taskId);
     }
-    // Answered before we started waiting: this id belonged to a task already under way (or it was
-    // very quick). Its recorded state, not a fresh one, is the honest answer.
-    if (answer.alreadyThere) return this.get(input.taskId);
+    // The run is another caller's (USE_EXISTING attached to it), or it was answered before we began
+    // to wait (a task already under way): its recorded state, not one built from this request, is the
+    // honest answer. That costs a query (billed), so only on these rare paths.
+    if (!answer.ours || answer.alreadyThere) return this.get(input.taskId);
     return initialTaskView(input, answer.startedAt);
   }
-
   /**
-   * Follows one task run's history until the pool's answer: an accepted `admission`, or the first
-   * `assignment` (which stands for the admission when a device was free at once). A refusal is
-   * followed by the run's close, which carries the typed reason.
+   * Follows one task run's history until the pool's answer, by the workflow's own rule: the first
+   * `admission` signal, or an `assignment` for attempt 1 before any admission (the device's
+   * assignment stands for the admission when a device was free at once). A refusal is followed by
+   * the run's close, which carries the typed reason. Also tells whether the run was started with
+   * this request's input (`ours`): with USE_EXISTING it may be another caller's run.
    */
   private async readAdmission(
     workflowId: string,
     runId: string,
-  ): Promise<{ kind: 'admitted'; startedAt: number; alreadyThere: boolean } | { kind: 'closed' }> {
+    input: TaskInput,
+  ): Promise<{ kind: 'admitted'; startedAt: number; alreadyThere: boolean; ours: boolean } | { kind: 'closed' }> {
     const converter = this.client.workflow.options.loadedDataConverter;
+    const decode = <T>(payloads: Parameters<typeof decodeFromPayloadsAtIndex>[2]) =>
+      decodeFromPayloadsAtIndex<T>(converter, 0, payloads);
     let nextPageToken: Uint8Array | undefined;
     let startedAt = Date.now();
+    let ours = false;
+    let refused = false;
     for (let page = 0; ; page++) {
       // A long poll returns at each new batch of events: about 6.5 reads per submit in P3 (not billed).
       // Pausing between polls does not merge batches under load (they come seconds apart), so none.
@@ -252,13 +259,23 @@ export class FleetClient {
         waitNewEvent: true,
       });
       for (const e of res.history?.events ?? []) {
-        if (e.workflowExecutionStartedEventAttributes && e.eventTime) startedAt = tsToMs(e.eventTime);
+        const started = e.workflowExecutionStartedEventAttributes;
+        if (started) {
+          if (e.eventTime) startedAt = tsToMs(e.eventTime);
+          ours = JSON.stringify(await decode<TaskInput>(started.input?.payloads)) === JSON.stringify(input);
+        }
         const signal = e.workflowExecutionSignaledEventAttributes;
-        const admitted =
-          signal?.signalName === assignmentSignal.name ||
-          (signal?.signalName === admissionSignal.name &&
-            (await decodeFromPayloadsAtIndex<Admission>(converter, 0, signal.input?.payloads)).accepted);
-        if (admitted) return { kind: 'admitted', startedAt, alreadyThere: page === 0 };
+        if (signal && !refused) {
+          if (signal.signalName === admissionSignal.name) {
+            if (!(await decode<Admission>(signal.input?.payloads)).accepted) refused = true; // its close follows
+            else return { kind: 'admitted', startedAt, alreadyThere: page === 0, ours };
+          } else if (
+            signal.signalName === assignmentSignal.name &&
+            (await decode<Assignment>(signal.input?.payloads)).attempt === 1
+          ) {
+            return { kind: 'admitted', startedAt, alreadyThere: page === 0, ours };
+          }
+        }
         if (e.eventType !== undefined && e.eventType !== null && CLOSE_EVENTS.has(e.eventType)) return { kind: 'closed' };
       }
       nextPageToken = res.nextPageToken?.length ? res.nextPageToken : undefined;

@@ -82,4 +82,22 @@ describe('fleet client', () => {
     assert.ok(waitingSignals.includes('admission'), waitingSignals.join(','));
     assert.ok(!waitingSignals.includes('assignment'), waitingSignals.join(','));
   });
+
+  it('a submit that attaches to a run another caller started returns that run, not its own request', async () => {
+    f = await startFleet('client-race');
+    const taskId = `race-${Date.now()}`;
+    // No device: both calls wait for the scheduler's answer, so the second attaches before it comes.
+    const [a, b] = await Promise.all([
+      f.fleet.submit({ taskId, goal: 'goal A', constraints: { driverType: 'ios' } }),
+      f.fleet.submit({ taskId, goal: 'goal B', constraints: { driverType: 'ios' } }),
+    ]);
+    const recorded = await f.fleet.get(taskId);
+    assert.deepEqual(a.work, recorded.work);
+    assert.deepEqual(b.work, recorded.work);
+    assert.equal(a.submittedAt, b.submittedAt);
+    assert.deepEqual(
+      (await f.scheduler()).queue.map((q) => q.taskId),
+      [taskId],
+    );
+  });
 });
