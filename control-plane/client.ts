@@ -230,6 +230,7 @@ export class FleetClient {
     if (!answer.ours || answer.alreadyThere) return this.get(input.taskId);
     return initialTaskView(input, answer.startedAt);
   }
+
   /**
    * Follows one task run's history until the pool's answer, by the workflow's own rule: the first
    * `admission` signal, or an `assignment` for attempt 1 before any admission (the device's
@@ -267,8 +268,9 @@ export class FleetClient {
         const signal = e.workflowExecutionSignaledEventAttributes;
         if (signal && !refused) {
           if (signal.signalName === admissionSignal.name) {
-            if (!(await decode<Admission>(signal.input?.payloads)).accepted) refused = true; // its close follows
-            else return { kind: 'admitted', startedAt, alreadyThere: page === 0, ours };
+            const admission = await decode<Admission>(signal.input?.payloads);
+            if (admission.accepted) return { kind: 'admitted', startedAt, alreadyThere: page === 0, ours };
+            refused = true; // the run's close follows, with the typed reason
           } else if (
             signal.signalName === assignmentSignal.name &&
             (await decode<Assignment>(signal.input?.payloads)).attempt === 1
@@ -276,7 +278,7 @@ export class FleetClient {
             return { kind: 'admitted', startedAt, alreadyThere: page === 0, ours };
           }
         }
-        if (e.eventType !== undefined && e.eventType !== null && CLOSE_EVENTS.has(e.eventType)) return { kind: 'closed' };
+        if (e.eventType != null && CLOSE_EVENTS.has(e.eventType)) return { kind: 'closed' };
       }
       nextPageToken = res.nextPageToken?.length ? res.nextPageToken : undefined;
       if (!nextPageToken) return { kind: 'closed' };

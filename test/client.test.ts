@@ -64,7 +64,11 @@ describe('fleet client', () => {
     );
     assert.equal((await f.fleet.wait(atOnce.taskId)).status, 'done');
     // A repeat attaches to the same run and returns its recorded state.
-    const again = await f.fleet.submit({ taskId: waiting.taskId, goal: 'needs ios', constraints: { driverType: 'ios' } });
+    const again = await f.fleet.submit({
+      taskId: waiting.taskId,
+      goal: 'needs ios',
+      constraints: { driverType: 'ios' },
+    });
     assert.equal(again.taskId, waiting.taskId);
     assert.equal(again.submittedAt, waiting.submittedAt);
     assert.equal((await f.fleet.get(waiting.taskId)).submittedAt, waiting.submittedAt);

@@ -7,13 +7,7 @@
 import { startBaseline } from '../lib/baseline';
 import { diffCounts, frontendRequests } from '../lib/env';
 import { startBenchFleet } from '../lib/fleet';
-import {
-  billedByType,
-  sumBilled,
-  sumEvents,
-  tallyWorkflows,
-  type CostTally,
-} from '../lib/history';
+import { billedByType, sumBilled, sumEvents, tallyWorkflows, type CostTally } from '../lib/history';
 import { burstBaseline, burstFleet } from '../lib/load';
 import { deviceWorkflowId, hostWorkflowId, schedulerWorkflowId } from '../../workflows/ids';
 import { log, round, waitUntil } from '../lib/util';
@@ -40,10 +34,19 @@ export const p3Cost: Scenario = async (be, o) => {
     await base.stop();
   }
   const bOps = diffCounts(await frontendRequests(be.metricsUrl), bm0);
-  const bTally = await tallyWorkflows(be.env.client, ids('p3b').map((t) => base.workflowId(t)));
+  const bTally = await tallyWorkflows(
+    be.env.client,
+    ids('p3b').map((t) => base.workflowId(t)),
+  );
 
   log(`P3 fleet: ${m} tasks over ${o.hosts} hosts x ${o.devices} devices`);
-  const bf = await startBenchFleet(be, { name: 'p3', hosts: o.hosts, devicesPerHost: o.devices, snapshotIntervalMs: o.snapshotMs, hostTimeoutMs: o.snapshotMs * 3 });
+  const bf = await startBenchFleet(be, {
+    name: 'p3',
+    hosts: o.hosts,
+    devicesPerHost: o.devices,
+    snapshotIntervalMs: o.snapshotMs,
+    hostTimeoutMs: o.snapshotMs * 3,
+  });
   const fm0 = await frontendRequests(be.metricsUrl);
   const runStart = Date.now();
   let fRun;
@@ -132,7 +135,10 @@ export const p3Cost: Scenario = async (be, o) => {
         fleet: round(liveness / hostMinutes, 2),
         baseline: 0,
       },
-      { metric: 'one-time setup: billed actions / host (enrol, first start, devices)', fleet: per(sumBilled(t, 'setup'), o.hosts) },
+      {
+        metric: 'one-time setup: billed actions / host (enrol, first start, devices)',
+        fleet: per(sumBilled(t, 'setup'), o.hosts),
+      },
     ],
     notes: [
       'billed = WorkflowExecutionStarted (incl. continue-as-new), WorkflowExecutionSignaled, WorkflowExecutionUpdateAccepted, ActivityTaskScheduled, TimerStarted, UpsertWorkflowSearchAttributes, WorkflowPropertiesModified, MarkerRecorded',
@@ -144,7 +150,10 @@ export const p3Cost: Scenario = async (be, o) => {
       perTaskByType: perTaskByType(t, done),
       perTaskByKind: Object.fromEntries(kinds.map((k) => [k, per(sumBilled(t, 'task', k), done)])),
       signalsPerTask: Object.fromEntries(
-        Object.entries(t.signals).map(([k, v]) => [k, Object.fromEntries(Object.entries(v).map(([n, c]) => [n, per(c, done)]))]),
+        Object.entries(t.signals).map(([k, v]) => [
+          k,
+          Object.fromEntries(Object.entries(v).map(([n, c]) => [n, per(c, done)])),
+        ]),
       ),
       eventsPerTaskByKind: Object.fromEntries(kinds.map((k) => [k, per(sumEvents(t, 'task', k), done)])),
       liveness: {
