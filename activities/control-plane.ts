@@ -33,7 +33,6 @@ export interface ControlPlaneDeps {
 }
 
 export function createControlPlaneActivities({ client, config }: ControlPlaneDeps) {
-
   return {
     async ensureScheduler(pool: string): Promise<void> {
       await client.workflow.start<typeof schedulerWorkflow>('schedulerWorkflow', {

@@ -32,7 +32,10 @@ export async function createControlPlaneWorker(opts: ControlPlaneWorkerOptions):
     taskQueue: opts.config.controlTaskQueue,
     ...(opts.workflowBundle
       ? { workflowBundle: opts.workflowBundle }
-      : { workflowsPath: require.resolve('../workflows'), bundlerOptions: { preloadModules: WORKFLOW_PRELOAD_MODULES } }),
+      : {
+          workflowsPath: require.resolve('../workflows'),
+          bundlerOptions: { preloadModules: WORKFLOW_PRELOAD_MODULES },
+        }),
     activities: createControlPlaneActivities({ client: opts.client, config: opts.config }),
     // Seals what the task workflow sends to a host to that host's key (see sealing.ts).
     dataConverter: { payloadCodecs: [createSealingCodec()] },

@@ -214,7 +214,13 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
           const ran = { startedAt, ...progressSoFar() };
           if (err instanceof UnknownDefinitionError)
             return refuse(Reason.UnknownDefinition, err.message, false, false, ran);
-          return refuse(Reason.RunnerFailed, `runner crashed: ${(err as Error)?.message ?? String(err)}`, false, true, ran);
+          return refuse(
+            Reason.RunnerFailed,
+            `runner crashed: ${(err as Error)?.message ?? String(err)}`,
+            false,
+            true,
+            ran,
+          );
         } finally {
           clearTimeout(reportTimer);
           if (progressTimer) clearTimeout(progressTimer);

@@ -328,7 +328,10 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
 
   function askReconfirm(hostId: string, at: number, reason: string): void {
     send(getExternalWorkflowHandle(hostWorkflowId(hostId)).signal(reconfirmHostSignal, { reason, at }), (err) => {
-      log.warn('could not ask the host workflow to reconfirm; not holding its devices back', { hostId, error: String(err) });
+      log.warn('could not ask the host workflow to reconfirm; not holding its devices back', {
+        hostId,
+        error: String(err),
+      });
       if (suspects.get(hostId) === at) suspects.delete(hostId);
       dirty = true;
     });
