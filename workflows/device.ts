@@ -18,7 +18,7 @@ import {
   setHandler,
   upsertSearchAttributes,
 } from '@temporalio/workflow';
-import { shouldContinueAsNew } from './continue-as-new';
+import { InFlight, shouldContinueAsNew } from './continue-as-new';
 import { schedulerWorkflowId, taskWorkflowId } from './ids';
 import {
   assignmentSignal,
@@ -54,11 +54,9 @@ export async function deviceWorkflow(input: DeviceInput): Promise<never> {
     runs: (input.carried?.runs ?? 0) + 1,
     refusedPools: input.carried?.refusedPools ?? [],
   };
-  let inFlight = 0;
-  const send = (p: Promise<void>, onError: (err: unknown) => void): void => {
-    inFlight++;
-    p.catch(onError).finally(() => inFlight--);
-  };
+  const inFlight = new InFlight();
+  /** Outgoing signals are fire-and-track: continue-as-new waits for them. */
+  const send = (p: Promise<void>, onError: (err: unknown) => void): void => inFlight.track(p, onError);
   upsertSearchAttributes([
     { key: FleetKind, value: 'device' },
     { key: FleetHostId, value: hostId },
@@ -154,7 +152,7 @@ export async function deviceWorkflow(input: DeviceInput): Promise<never> {
   // No timer of its own (a timer per reservation is a billed action per task): the pool's scheduler
   // sweeps its holds and sends expireHold for any past its deadline.
   await condition(() => shouldContinueAsNew(input.historyLimit));
-  await condition(() => inFlight === 0 && allHandlersFinished());
+  await condition(() => inFlight.count === 0 && allHandlersFinished());
   const { hostId: _h, deviceId: _d, ...carried } = view;
   return await continueAsNew<typeof deviceWorkflow>({ hostId, deviceId, historyLimit: input.historyLimit, carried });
 }

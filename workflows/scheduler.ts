@@ -11,13 +11,19 @@ import {
   continueAsNew,
   getExternalWorkflowHandle,
   log,
+  patched,
   setCurrentDetails,
   setHandler,
   sleep,
   upsertSearchAttributes,
   uuid4,
 } from '@temporalio/workflow';
-import { shouldContinueAsNew } from './continue-as-new';
+import {
+  DEFAULT_HISTORY_LIMIT,
+  DEFAULT_SCHEDULER_HISTORY_LIMIT,
+  InFlight,
+  shouldContinueAsNew,
+} from './continue-as-new';
 import { ErrorType, Reason } from './errors';
 import { deviceKey, deviceWorkflowId, hostWorkflowId, taskWorkflowId } from './ids';
 import {
@@ -94,7 +100,7 @@ const SUSPECT_MAX_MS = 5 * 60_000;
 export interface SchedulerInput {
   pool: string;
   config: SchedulerConfig;
-  /** History length that triggers continue-as-new (default: DEFAULT_HISTORY_LIMIT or the server's suggestion). */
+  /** History length that triggers continue-as-new (default: DEFAULT_SCHEDULER_HISTORY_LIMIT or the server's suggestion). */
   historyLimit?: number;
   /**
    * Expiry of holds nobody released (a task terminated while holding a device): how often the
@@ -143,8 +149,12 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     releases: 0,
   };
   const runs = (c?.runs ?? 0) + 1;
+  // A run recorded before the scheduler had its own, lower limit keeps the old one on replay.
+  const historyLimit =
+    input.historyLimit ??
+    (patched('scheduler-history-limit-1500') ? DEFAULT_SCHEDULER_HISTORY_LIMIT : DEFAULT_HISTORY_LIMIT);
   let dirty = queue.length > 0;
-  let inFlight = 0;
+  const inFlight = new InFlight();
   /** Set once the run decided to continue-as-new: from then on nothing new is sent, only carried. */
   let draining = false;
   const deferredReplies: Array<{ taskId: string; admission: Admission }> = [];
@@ -157,10 +167,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   ]);
 
   /** Outgoing signals are fire-and-track: continue-as-new waits for them. */
-  const send = (p: Promise<void>, onError: (err: unknown) => void): void => {
-    inFlight++;
-    p.catch(onError).finally(() => inFlight--);
-  };
+  const send = (p: Promise<void>, onError: (err: unknown) => void): void => inFlight.track(p, onError);
 
   const insert = (t: QueuedTask): void => {
     let lo = 0;
@@ -434,8 +441,8 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   })();
 
   for (;;) {
-    await condition(() => dirty || shouldContinueAsNew(input.historyLimit));
-    if (shouldContinueAsNew(input.historyLimit)) break;
+    await condition(() => dirty || shouldContinueAsNew(historyLimit));
+    if (shouldContinueAsNew(historyLimit)) break;
     dirty = false;
     dropExpiredHolds(Date.now());
     const assigned = assignRound();
@@ -450,7 +457,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   draining = true;
   for (const taskId of unanswered) reply(taskId, { accepted: true });
   unanswered.clear();
-  await condition(() => inFlight === 0 && allHandlersFinished());
+  await condition(() => inFlight.count === 0 && allHandlersFinished());
   // Tasks admitted while we waited: their answer goes with the carried state, never dropped.
   for (const taskId of unanswered) reply(taskId, { accepted: true });
   return await continueAsNew<typeof schedulerWorkflow>({

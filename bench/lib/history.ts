@@ -246,12 +246,17 @@ export function sumEvents(t: CostTally, category: Category, kind?: string): numb
 /** billed[category] by event type, summed over kinds. */
 export function billedByType(t: CostTally, category: Category): Record<string, number> {
   const out: Record<string, number> = {};
-  for (const cats of Object.values(t.billed)) for (const [type, v] of Object.entries(cats[category] ?? {})) inc(out, type, v);
+  for (const cats of Object.values(t.billed))
+    for (const [type, v] of Object.entries(cats[category] ?? {})) inc(out, type, v);
   return out;
 }
 
 /** Workflow-task timings of one history: scheduled->started (queue wait) and started->completed (worker time). */
-export function workflowTaskTimings(events: HistoryEvent[], fromMs = 0, toMs = Infinity): { waitMs: number[]; workMs: number[] } {
+export function workflowTaskTimings(
+  events: HistoryEvent[],
+  fromMs = 0,
+  toMs = Infinity,
+): { waitMs: number[]; workMs: number[] } {
   const scheduledAt = new Map<number, number>();
   const startedAt = new Map<number, number>();
   const waitMs: number[] = [];
@@ -270,4 +275,10 @@ export function workflowTaskTimings(events: HistoryEvent[], fromMs = 0, toMs = I
     }
   }
   return { waitMs, workMs };
+}
+
+/** Closing workflow tasks the server bounced because a signal arrived while they ran (UnhandledCommand). */
+export function closeBounces(events: HistoryEvent[]): number {
+  const unhandled = temporal.api.enums.v1.WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND;
+  return events.filter((e) => e.workflowTaskFailedEventAttributes?.cause === unhandled).length;
 }

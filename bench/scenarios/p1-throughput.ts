@@ -2,7 +2,14 @@
  * P1 throughput: N zero-length tasks over H hosts x D devices, end to end (first submit to last
  * workflow closed), against the baseline (one workflow per task, one activity on a host queue).
  */
+import { writeFileSync } from 'node:fs';
+import { temporal } from '@temporalio/proto';
+import { Worker } from '@temporalio/worker';
+import { createSealingCodec } from '../../control-plane/sealing';
+import { schedulerWorkflowId } from '../../workflows/ids';
 import { startBaseline } from '../lib/baseline';
+import type { BenchEnv } from '../lib/env';
+import { closeBounces, fetchRuns, workflowTaskTimings, type Run } from '../lib/history';
 import { startBenchFleet } from '../lib/fleet';
 import { burstBaseline, burstFleet } from '../lib/load';
 import { log, round } from '../lib/util';
@@ -23,14 +30,23 @@ export const p1Throughput: Scenario = async (be, o) => {
   log(`  baseline: ${baseline.tasksPerSecond} tasks/s (${baseline.durationMs} ms)`);
 
   log(`P1 fleet: ${o.tasks} tasks over ${o.hosts} hosts x ${o.devices} devices`);
-  const bf = await startBenchFleet(be, { name: 'p1', hosts: o.hosts, devicesPerHost: o.devices, snapshotIntervalMs: o.snapshotMs, hostTimeoutMs: o.snapshotMs * 3 });
+  const bf = await startBenchFleet(be, {
+    name: 'p1',
+    hosts: o.hosts,
+    devicesPerHost: o.devices,
+    snapshotIntervalMs: o.snapshotMs,
+    hostTimeoutMs: o.snapshotMs * 3,
+  });
   let fleet;
+  let schedulerRuns: Run[];
   try {
     fleet = await burstFleet(be.cpu, bf, ids('p1f'), o.concurrency, timeoutMs);
+    schedulerRuns = await fetchRuns(be.env.client, schedulerWorkflowId(bf.pool));
   } finally {
     await bf.stop();
   }
   log(`  fleet: ${fleet.tasksPerSecond} tasks/s (${fleet.durationMs} ms)`);
+  const sched = await schedulerRunStats(be, schedulerRuns);
   const ratio = round(fleet.tasksPerSecond / baseline.tasksPerSecond, 2);
   return {
     id: 'P1',
@@ -57,10 +73,59 @@ export const p1Throughput: Scenario = async (be, o) => {
       },
       { metric: 'submit phase (ms; fleet: until admitted)', fleet: fleet.submitMs, baseline: baseline.submitMs },
       { metric: 'tasks not completed', fleet: fleet.notCompleted, baseline: baseline.notCompleted },
-      { metric: 'submit calls that threw (task may still run)', fleet: fleet.submitErrors, baseline: baseline.submitErrors },
+      {
+        metric: 'submit calls that threw (task may still run)',
+        fleet: fleet.submitErrors,
+        baseline: baseline.submitErrors,
+      },
       { metric: 'fleet setup: enrol + start hosts, devices online (ms)', fleet: bf.setupMs },
+      {
+        metric: 'scheduler runs (continue-as-new) / closes bounced by a signal (UnhandledCommand)',
+        fleet: `${sched.runs} / ${sched.bounces}`,
+      },
+      {
+        metric: 'scheduler: longest workflow task (ms; after a bounce the SDK replays the whole run)',
+        fleet: sched.longestTaskMs,
+      },
+      {
+        metric: 'scheduler: cold replay of its longest run, after the burst (ms / events)',
+        fleet: `${sched.replayMs} / ${sched.replayEvents}`,
+      },
     ],
     notes: [`submit concurrency ${o.concurrency}; end = last workflow close time (visibility)`],
-    details: { fleet, baseline, setupMs: bf.setupMs, pool: bf.pool },
+    details: { fleet, baseline, setupMs: bf.setupMs, pool: bf.pool, scheduler: sched },
   };
 };
+
+/**
+ * The scheduler under saturation: how often it rolled over, how often the server bounced the
+ * closing workflow task, its longest workflow task, and what replaying its longest run costs on
+ * the quiet machine afterwards (what a bounce, a cache eviction or a worker restart costs).
+ * BENCH_DUMP_SCHEDULER=<prefix> also writes every run as a binary History proto (<prefix>.<n>.pb).
+ */
+async function schedulerRunStats(be: BenchEnv, runs: Run[]) {
+  const History = temporal.api.history.v1.History;
+  const dump = process.env.BENCH_DUMP_SCHEDULER;
+  if (dump)
+    runs.forEach((r, i) =>
+      writeFileSync(`${dump}.${i}.pb`, History.encode(History.create({ events: r.events })).finish()),
+    );
+  const longest = runs.reduce<Run | undefined>((a, r) => (!a || r.events.length > a.events.length ? r : a), undefined);
+  let replayMs = 0;
+  if (longest) {
+    const started = performance.now();
+    await Worker.runReplayHistory(
+      { workflowBundle: be.fleetBundle, dataConverter: { payloadCodecs: [createSealingCodec()] } },
+      History.create({ events: longest.events }),
+      longest.workflowId,
+    );
+    replayMs = Math.round(performance.now() - started);
+  }
+  return {
+    runs: runs.length,
+    bounces: runs.reduce((n, r) => n + closeBounces(r.events), 0),
+    longestTaskMs: Math.max(0, ...runs.flatMap((r) => workflowTaskTimings(r.events).workMs)),
+    replayMs,
+    replayEvents: longest?.events.length ?? 0,
+  };
+}
