@@ -36,7 +36,7 @@ export async function historyCheck(be: BenchEnv, workflowIds: string[]): Promise
   const kinds = ['scheduler', 'device', 'host'].filter((k) => byKind[k]);
   return {
     id: 'P5h',
-    title: 'history length of every long-lived workflow after the run (current run; continue-as-new at 4,000)',
+    title: 'history length of every long-lived workflow after the run (current run; continue-as-new at 4,000, schedulers at 1,500)',
     rows: kinds.map((k) => ({
       metric: `${k}: longest current run (events) / max runs, over ${byKind[k].workflows} workflows`,
       fleet: `${byKind[k].maxLength} / ${byKind[k].maxRuns}`,
