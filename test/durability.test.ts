@@ -3,7 +3,7 @@
  * carry every queued task and reservation across the boundary.
  */
 import assert from 'node:assert/strict';
-import { deviceWorkflowId, hostWorkflowId } from '../workflows/ids';
+import { deviceWorkflowId, hostWorkflowId, taskWorkflowId } from '../workflows/ids';
 import { deviceStateQuery, hostStateQuery, releaseDeviceSignal } from '../workflows/messages';
 import { eventually, FAST_POLICY, startFleet, type Fleet } from './helpers/fleet';
 import { assertNoOverlappingReservations, deviceReservationIntervals } from './helpers/invariants';
@@ -117,7 +117,9 @@ describe('durability', () => {
     const answered = await Promise.all(
       ids.map((taskId) =>
         Promise.race([
-          f!.fleet.submit({ taskId, goal: 'never runs', constraints: { driverType: 'no-such-driver' } }).then(() => true),
+          f!.fleet
+            .submit({ taskId, goal: 'never runs', constraints: { driverType: 'no-such-driver' } })
+            .then(() => true),
           sleep(60_000).then(() => false),
         ]),
       ),
@@ -127,5 +129,29 @@ describe('durability', () => {
     assert.ok(s.runsSinceStart >= 2, `the scheduler continued-as-new during the burst (runs ${s.runsSinceStart})`);
     assert.deepEqual(new Set(s.queue.map((q) => q.taskId)), new Set(ids));
     await Promise.all(ids.map((t) => f!.fleet.cancel(t)));
+  });
+
+  it('A submission admitted while the scheduler rolls over, with a device free, hears only its assignment', async () => {
+    // As many devices as tasks: every task is assigned by the round after its enqueue, whichever
+    // run of the scheduler that round is in, so none needs a separate admission signal.
+    f = await startFleet('can-free', { historyLimit: 30 });
+    const n = 16;
+    await f.addHost(
+      'h1',
+      Array.from({ length: n }, (_, i) => ({ deviceId: `d${i}` })),
+    );
+    const tasks = await Promise.all(
+      Array.from({ length: n }, (_, i) => f!.fleet.submit({ goal: `t${i} [sim duration=1]` })),
+    );
+    for (const t of tasks) await f.waitForStatus(t.taskId, 'done');
+    const s = await f.scheduler();
+    assert.ok(s.runsSinceStart >= 2, `the scheduler continued-as-new during the burst (runs ${s.runsSinceStart})`);
+    const admissions: string[] = [];
+    for (const t of tasks) {
+      const history = await f.client.workflow.getHandle(taskWorkflowId(t.taskId)).fetchHistory();
+      const signals = (history.events ?? []).map((e) => e.workflowExecutionSignaledEventAttributes?.signalName);
+      if (signals.includes('admission')) admissions.push(t.taskId);
+    }
+    assert.deepEqual(admissions, [], 'tasks sent an admission signal although a device took them at once');
   });
 });

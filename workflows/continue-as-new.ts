@@ -4,12 +4,12 @@ import { workflowInfo } from '@temporalio/workflow';
 export const DEFAULT_HISTORY_LIMIT = 4_000;
 
 /**
- * The scheduler rolls over sooner. Under load nearly every continue-as-new of a workflow that
- * receives a steady stream of signals is bounced once by the server (a signal arrived while the
- * closing workflow task ran: UnhandledCommand), and the SDK answers a bounce by evicting the run
- * and replaying its whole history, about 1 ms of CPU per event here. At 4,000 events that replay
- * took 5–7 s on a saturated 2-core machine, during which the pool assigned nothing, against a
- * 10 s workflow-task timeout. 1,500 events keeps it near 1.5 s (BENCHMARKS.md, P1).
+ * The scheduler rolls over sooner. Under load the server often bounces the closing workflow task
+ * of a workflow that receives a steady stream of signals (one arrived while that task ran:
+ * UnhandledCommand), and the SDK answers a bounce by evicting the run and replaying its whole
+ * history, about 1 ms of CPU per event here. At 4,000 events that replay took 5–7 s on a saturated
+ * 2-core machine, during which the pool assigned nothing, against a 10 s workflow-task timeout.
+ * At 1,500 a cold replay of the longest run took 1.9 s (BENCHMARKS.md, P1).
  */
 export const DEFAULT_SCHEDULER_HISTORY_LIMIT = 1_500;
 

@@ -149,10 +149,13 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     releases: 0,
   };
   const runs = (c?.runs ?? 0) + 1;
-  // A run recorded before the scheduler had its own, lower limit keeps the old one on replay.
-  const historyLimit =
-    input.historyLimit ??
-    (patched('scheduler-history-limit-1500') ? DEFAULT_SCHEDULER_HISTORY_LIMIT : DEFAULT_HISTORY_LIMIT);
+  /**
+   * Runs started by this code roll over at the scheduler's own, lower limit and answer the carried
+   * admissions only after their first round (see `replies` below); a run recorded by older code
+   * replays without the marker and keeps the old behaviour.
+   */
+  const rolloverV2 = patched('scheduler-rollover-v2');
+  const historyLimit = input.historyLimit ?? (rolloverV2 ? DEFAULT_SCHEDULER_HISTORY_LIMIT : DEFAULT_HISTORY_LIMIT);
   let dirty = queue.length > 0;
   const inFlight = new InFlight();
   /** Set once the run decided to continue-as-new: from then on nothing new is sent, only carried. */
@@ -195,7 +198,13 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
       if (i >= 0) queue.splice(i, 1);
     });
   };
-  for (const r of c?.replies ?? []) reply(r.taskId, r.admission);
+  // Tasks admitted while the previous run rolled over: a task still queued is answered like any
+  // other enqueue, after this run's first round and only if that round gave it no device (the
+  // device's assignment tells it instead: one signal less per task caught by a roll-over).
+  for (const r of c?.replies ?? []) {
+    if (rolloverV2 && r.admission.accepted && queueIndex(r.taskId) >= 0) unanswered.add(r.taskId);
+    else reply(r.taskId, r.admission);
+  }
 
   setHandler(schedulerStateQuery, () => ({
     pool,
