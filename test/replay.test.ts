@@ -21,6 +21,7 @@ import { Worker } from '@temporalio/worker';
 import { createSealingCodec } from '../control-plane/sealing';
 import { deviceWorkflowId, hostWorkflowId, schedulerWorkflowId, taskWorkflowId } from '../workflows/ids';
 import { setDeviceDrainSignal } from '../workflows/messages';
+import { FleetKind, FleetPool } from '../workflows/search-attributes';
 import { eventually, startFleet, type Fleet } from './helpers/fleet';
 import { workflowBundle } from './setup';
 
@@ -159,6 +160,10 @@ describe('replay: workflow code reproduces its recorded histories', () => {
     );
     assert.deepEqual(kinds(histories), ['device', 'host', 'scheduler', 'task']);
     assert.ok(runsOf(histories, 'scheduler') >= 2);
+    // A rolled-over scheduler no longer upserts its search attributes: they came with continue-as-new.
+    const sa = (await f.client.workflow.getHandle(scheduler).describe()).typedSearchAttributes;
+    assert.equal(sa.get(FleetPool), f.pool);
+    assert.equal(sa.get(FleetKind), 'scheduler');
     assert.ok(runsOf(histories, 'host') > 2, 'hosts continued-as-new');
     assert.ok(runsOf(histories, 'device') > devices.length, 'devices continued-as-new');
 

@@ -150,9 +150,10 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   };
   const runs = (c?.runs ?? 0) + 1;
   /**
-   * Runs started by this code roll over at the scheduler's own, lower limit and answer the carried
-   * admissions only after their first round (see `replies` below); a run recorded by older code
-   * replays without the marker and keeps the old behaviour.
+   * Runs started by this code roll over at the scheduler's own, lower limit, answer the carried
+   * admissions only after their first round (see `replies` below) and do not upsert the search
+   * attributes they inherit; a run recorded by older code replays without the marker and keeps
+   * the old behaviour.
    */
   const rolloverV2 = patched('scheduler-rollover-v2');
   const historyLimit = input.historyLimit ?? (rolloverV2 ? DEFAULT_SCHEDULER_HISTORY_LIMIT : DEFAULT_HISTORY_LIMIT);
@@ -164,10 +165,14 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   /** Tasks admitted since the last round and not yet told so. */
   const unanswered = new Set<string>();
 
-  upsertSearchAttributes([
-    { key: FleetKind, value: 'scheduler' },
-    { key: FleetPool, value: pool },
-  ]);
+  // Search attributes survive continue-as-new on the server: only the first run sets them (an
+  // upsert is a billed action).
+  if (!c || !rolloverV2) {
+    upsertSearchAttributes([
+      { key: FleetKind, value: 'scheduler' },
+      { key: FleetPool, value: pool },
+    ]);
+  }
 
   /** Outgoing signals are fire-and-track: continue-as-new waits for them. */
   const send = (p: Promise<void>, onError: (err: unknown) => void): void => inFlight.track(p, onError);

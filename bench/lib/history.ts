@@ -24,6 +24,15 @@ export const BILLED = new Set([
   'MarkerRecorded',
 ]);
 
+/**
+ * Whether one event is a billed action. A `patched()` version marker (`core_patch`) is not: Temporal
+ * Cloud bills side-effect markers, not versioning (its actions page).
+ */
+export function isBilled(e: HistoryEvent, type = eventTypeName(e)): boolean {
+  if (!BILLED.has(type)) return false;
+  return type !== 'MarkerRecorded' || e.markerRecordedEventAttributes?.markerName !== 'core_patch';
+}
+
 export type Kind = 'task' | 'scheduler' | 'device' | 'host' | 'baseline';
 export type Category = 'task' | 'liveness' | 'setup' | 'background';
 export const CATEGORIES: Category[] = ['task', 'liveness', 'setup', 'background'];
@@ -200,7 +209,7 @@ export function addRuns(t: CostTally, workflowId: string, runs: Run[]): void {
       const cat = cats[i];
       t.events[kind] ??= {};
       inc(t.events[kind], cat);
-      if (BILLED.has(type)) {
+      if (isBilled(e, type)) {
         t.billed[kind] ??= {};
         t.billed[kind][cat] ??= {};
         inc(t.billed[kind][cat], type);
