@@ -25,12 +25,19 @@ export const BILLED = new Set([
 ]);
 
 /**
- * Whether one event is a billed action. A `patched()` version marker (`core_patch`) is not: Temporal
- * Cloud bills side-effect markers, not versioning (its actions page).
+ * Whether one event is a billed action. A `patched()` version marker (`core_patch`) and the
+ * `TemporalChangeVersion` upsert that comes with it are not: Temporal Cloud bills side-effect
+ * markers, not versioning, and exempts that search attribute (its actions page).
  */
 export function isBilled(e: HistoryEvent, type = eventTypeName(e)): boolean {
   if (!BILLED.has(type)) return false;
-  return type !== 'MarkerRecorded' || e.markerRecordedEventAttributes?.markerName !== 'core_patch';
+  if (type === 'MarkerRecorded') return e.markerRecordedEventAttributes?.markerName !== 'core_patch';
+  if (type === 'UpsertWorkflowSearchAttributes') {
+    // The SDK's own upsert of TemporalChangeVersion for patched() is exempt as well.
+    const fields = Object.keys(e.upsertWorkflowSearchAttributesEventAttributes?.searchAttributes?.indexedFields ?? {});
+    return !fields.every((f) => f === 'TemporalChangeVersion');
+  }
+  return true;
 }
 
 export type Kind = 'task' | 'scheduler' | 'device' | 'host' | 'baseline';

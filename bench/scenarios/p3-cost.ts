@@ -50,6 +50,7 @@ export const p3Cost: Scenario = async (be, o) => {
   const fm0 = await frontendRequests(be.metricsUrl);
   const runStart = Date.now();
   let fRun;
+  let attemptEnds: Record<string, number> | undefined;
   try {
     fRun = await burstFleet(be.cpu, bf, ids('p3f'), o.concurrency, timeoutMs);
     // Releases reach the scheduler after the task closed: wait for all of them before reading.
@@ -62,6 +63,8 @@ export const p3Cost: Scenario = async (be, o) => {
       60_000,
       250,
     );
+    // How the attempts ended (reason|detail): explains any attempt beyond one per task.
+    attemptEnds = (await bf.scheduler()).counters.attemptEnds ?? {};
   } finally {
     await bf.stop();
   }
@@ -146,6 +149,7 @@ export const p3Cost: Scenario = async (be, o) => {
       `heartbeats from the dev server's frontend metrics over the fleet run (${round(runMs / 1000, 1)} s); control-plane activities do not heartbeat`,
     ],
     details: {
+      attemptEnds,
       completed: done,
       perTaskByType: perTaskByType(t, done),
       perTaskByKind: Object.fromEntries(kinds.map((k) => [k, per(sumBilled(t, 'task', k), done)])),
