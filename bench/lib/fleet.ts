@@ -8,7 +8,11 @@
 import type { Client } from '@temporalio/client';
 import { Worker, type WorkerOptions } from '@temporalio/worker';
 import { FleetClient } from '../../control-plane/client';
-import { parseControlPlaneConfig, type ControlPlaneConfig, type ControlPlaneConfigInput } from '../../control-plane/config';
+import {
+  parseControlPlaneConfig,
+  type ControlPlaneConfig,
+  type ControlPlaneConfigInput,
+} from '../../control-plane/config';
 import { enrollHost } from '../../control-plane/hosts';
 import { createControlPlaneWorker, ensurePools } from '../../control-plane/worker';
 import { startHost, type HostAgent } from '../../host-worker/host';
@@ -17,6 +21,7 @@ import type { RunContext, Runners } from '../../host-worker/runners';
 import { simDevices } from '../../host-worker/sim';
 import { deviceWorkflowId, hostWorkflowId, schedulerWorkflowId } from '../../workflows/ids';
 import { schedulerStateQuery, type SchedulerView } from '../../workflows/messages';
+import type { BenchOptions } from '../scenarios/types';
 import type { BenchEnv } from './env';
 import { log, mapLimit, uid, waitUntil } from './util';
 
@@ -274,7 +279,11 @@ export async function countRunning(client: Client, taskQueue: string, workflowTy
 }
 
 /** Close times (epoch ms) of every closed workflow of a type on a task queue, from visibility. */
-export async function closeTimes(client: Client, taskQueue: string, workflowType: string): Promise<Map<string, number>> {
+export async function closeTimes(
+  client: Client,
+  taskQueue: string,
+  workflowType: string,
+): Promise<Map<string, number>> {
   const out = new Map<string, number>();
   for await (const wf of client.workflow.list({
     query: `TaskQueue = '${taskQueue}' AND WorkflowType = '${workflowType}' AND ExecutionStatus != 'Running'`,
@@ -282,4 +291,15 @@ export async function closeTimes(client: Client, taskQueue: string, workflowType
     if (wf.closeTime) out.set(wf.workflowId, wf.closeTime.getTime());
   }
   return out;
+}
+
+/** The P1-P3 fleet: the run's hosts x devices, snapshots at the run's period, offline after three missed. */
+export function startLoadFleet(be: BenchEnv, name: string, o: BenchOptions): Promise<BenchFleet> {
+  return startBenchFleet(be, {
+    name,
+    hosts: o.hosts,
+    devicesPerHost: o.devices,
+    snapshotIntervalMs: o.snapshotMs,
+    hostTimeoutMs: o.snapshotMs * 3,
+  });
 }

@@ -10,7 +10,7 @@ import { schedulerWorkflowId } from '../../workflows/ids';
 import { startBaseline } from '../lib/baseline';
 import type { BenchEnv } from '../lib/env';
 import { closeBounces, fetchRuns, workflowTaskTimings, type Run } from '../lib/history';
-import { startBenchFleet } from '../lib/fleet';
+import { startLoadFleet } from '../lib/fleet';
 import { burstBaseline, burstFleet } from '../lib/load';
 import { log, round } from '../lib/util';
 import type { Scenario } from './types';
@@ -30,13 +30,7 @@ export const p1Throughput: Scenario = async (be, o) => {
   log(`  baseline: ${baseline.tasksPerSecond} tasks/s (${baseline.durationMs} ms)`);
 
   log(`P1 fleet: ${o.tasks} tasks over ${o.hosts} hosts x ${o.devices} devices`);
-  const bf = await startBenchFleet(be, {
-    name: 'p1',
-    hosts: o.hosts,
-    devicesPerHost: o.devices,
-    snapshotIntervalMs: o.snapshotMs,
-    hostTimeoutMs: o.snapshotMs * 3,
-  });
+  const bf = await startLoadFleet(be, 'p1', o);
   let fleet;
   let schedulerRuns: Run[];
   try {

@@ -4,7 +4,7 @@
  * Also: what the idle fleet costs before the samples, and a per-hop breakdown from the histories.
  */
 import { startBaseline } from '../lib/baseline';
-import { startBenchFleet } from '../lib/fleet';
+import { startLoadFleet } from '../lib/fleet';
 import { closedLoop } from '../lib/load';
 import { eventMs, eventTypeName, fetchRuns } from '../lib/history';
 import type { CpuUse } from '../lib/cpu';
@@ -33,7 +33,7 @@ export const p2Latency: Scenario = async (be, o) => {
     await base.stop();
   }
   log(`P2 fleet: ${n} samples, one at a time, over ${o.hosts} hosts x ${o.devices} devices`);
-  const bf = await startBenchFleet(be, { name: 'p2', hosts: o.hosts, devicesPerHost: o.devices, snapshotIntervalMs: o.snapshotMs, hostTimeoutMs: o.snapshotMs * 3 });
+  const bf = await startLoadFleet(be, 'p2', o);
   let f: Awaited<ReturnType<typeof closedLoop>>;
   let idle: CpuUse;
   let breakdown: Record<string, ReturnType<typeof summarize>>;

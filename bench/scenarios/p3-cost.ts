@@ -6,7 +6,7 @@
  */
 import { startBaseline } from '../lib/baseline';
 import { diffCounts, frontendRequests } from '../lib/env';
-import { startBenchFleet } from '../lib/fleet';
+import { startLoadFleet } from '../lib/fleet';
 import { billedByType, sumBilled, sumEvents, tallyWorkflows, type CostTally } from '../lib/history';
 import { burstBaseline, burstFleet } from '../lib/load';
 import { deviceWorkflowId, hostWorkflowId, schedulerWorkflowId } from '../../workflows/ids';
@@ -40,13 +40,7 @@ export const p3Cost: Scenario = async (be, o) => {
   );
 
   log(`P3 fleet: ${m} tasks over ${o.hosts} hosts x ${o.devices} devices`);
-  const bf = await startBenchFleet(be, {
-    name: 'p3',
-    hosts: o.hosts,
-    devicesPerHost: o.devices,
-    snapshotIntervalMs: o.snapshotMs,
-    hostTimeoutMs: o.snapshotMs * 3,
-  });
+  const bf = await startLoadFleet(be, 'p3', o);
   const fm0 = await frontendRequests(be.metricsUrl);
   const runStart = Date.now();
   let fRun;
