@@ -3,9 +3,8 @@
  * carry every queued task and reservation across the boundary.
  */
 import assert from 'node:assert/strict';
-import { deviceWorkflowId, hostWorkflowId, schedulerWorkflowId, taskWorkflowId } from '../workflows/ids';
-import { deviceStateQuery, hostStateQuery, releaseDeviceSignal, reserveDeviceSignal } from '../workflows/messages';
-import type { SchedulerInput } from '../workflows/scheduler';
+import { deviceWorkflowId, hostWorkflowId, taskWorkflowId } from '../workflows/ids';
+import { deviceStateQuery, hostStateQuery, releaseDeviceSignal } from '../workflows/messages';
 import { eventually, FAST_POLICY, startFleet, type Fleet } from './helpers/fleet';
 import { assertNoOverlappingReservations, deviceReservationIntervals } from './helpers/invariants';
 
@@ -156,114 +155,5 @@ describe('durability', () => {
       if (signals.includes('admission')) admissions.push(t.taskId);
     }
     assert.deepEqual(admissions, [], 'tasks sent an admission signal although a device took them at once');
-  });
-
-  it('A reservation the previous scheduler run had not seen delivered is sent by the next run, and the task runs on it', async () => {
-    // Whether a roll-over finds signals still on their way depends on the server's timing, so the
-    // next run is started here with such a carried reservation: for a queued task, on a device its
-    // own pool cannot give it (a constraint nothing matches), so only the carried signal can.
-    f = await startFleet('carry');
-    await f.addHost('h1', [{ deviceId: 'd1' }]);
-    const warm = await f.fleet.submit({ goal: 'warm [sim duration=1]' });
-    assert.equal((await f.fleet.wait(warm.taskId)).status, 'done');
-    const dev = f.client.workflow.getHandle(deviceWorkflowId(f.hostId('h1'), 'd1'));
-    const { hostKeys } = (await dev.query(deviceStateQuery)).recent[0];
-    const t = await f.fleet.submit({ goal: 'carried [sim duration=1]', constraints: { driverType: 'no-such-driver' } });
-    assert.equal(t.status, 'queued');
-
-    const pool = `${f.pool}-next-run`;
-    const leaseId = `carried-${t.taskId}`;
-    const request = {
-      hostId: f.hostId('h1'),
-      deviceId: 'd1',
-      taskId: t.taskId,
-      attempt: 1,
-      leaseId,
-      pool,
-      holdMs: 60_000,
-      hostKeys,
-    };
-    const { config } = await f.scheduler();
-    const next = await f.client.workflow.start('schedulerWorkflow', {
-      workflowId: schedulerWorkflowId(pool),
-      taskQueue: f.config.controlTaskQueue,
-      args: [
-        {
-          pool,
-          config,
-          carried: {
-            devices: [],
-            held: [],
-            hostVersions: [],
-            hostKeys: [],
-            counters: { admitted: 0, rejected: 0, assignments: 0, refusals: 0, releases: 0 },
-            runs: 1,
-            outbox: [
-              {
-                kind: 'reserve',
-                request,
-                task: {
-                  taskId: t.taskId,
-                  constraints: { tags: [] },
-                  priority: 0,
-                  submittedAt: Date.now(),
-                  enqueuedAt: Date.now(),
-                  attempt: 1,
-                  holdMs: 60_000,
-                },
-              },
-            ],
-          },
-        } satisfies SchedulerInput,
-      ],
-    });
-    try {
-      const ended = await Promise.race([
-        f.fleet.wait(t.taskId),
-        sleep(60_000).then(() => assert.fail('the task never ran: the carried reservation was not sent')),
-      ]);
-      assert.equal(ended.status, 'done');
-      assert.deepEqual(
-        ended.attempts.map((a) => [a.attempt, a.hostId, a.deviceId]),
-        [[1, f.hostId('h1'), 'd1']],
-      );
-      const held = (await deviceReservationIntervals(f.client, f.hostId('h1'), 'd1')).filter(
-        (i) => i.taskId === t.taskId,
-      );
-      assert.equal(held.length, 1, 'the device held the carried lease once');
-      assert.equal(held[0].leaseId, leaseId);
-    } finally {
-      await next.terminate('test over');
-    }
-  });
-
-  it('A device ignores a reservation it has already had and released (a copy sent again after a roll-over)', async () => {
-    f = await startFleet('dup-reserve');
-    await f.addHost('h1', [{ deviceId: 'd1' }]);
-    const t = await f.fleet.submit({ goal: 'once [sim duration=1]' });
-    assert.equal((await f.fleet.wait(t.taskId)).status, 'done');
-    const dev = f.client.workflow.getHandle(deviceWorkflowId(f.hostId('h1'), 'd1'));
-    const before = await dev.query(deviceStateQuery);
-    const past = before.recent.find((r) => r.taskId === t.taskId)!;
-    assert.ok(past, 'the finished reservation is in the device recent list');
-    const {
-      hostId: _h,
-      deviceId: _d,
-      reservedAt: _r,
-      expiresAt: _e,
-      releasedAt: _x,
-      releaseReason: _y,
-      ...request
-    } = past;
-    await dev.signal(reserveDeviceSignal, request);
-    // A new, different lease afterwards is still granted: the copy was read, and changed nothing.
-    await dev.signal(reserveDeviceSignal, { ...request, taskId: `${t.taskId}-other`, leaseId: 'another-lease' });
-    const after = await eventually(async () => {
-      const v = await dev.query(deviceStateQuery);
-      const seen = v.current?.leaseId === 'another-lease' || v.recent.some((r) => r.leaseId === 'another-lease');
-      return seen ? v : undefined;
-    }, 'the new lease handled');
-    assert.equal(after.reservations, before.reservations + 1, 'only the new lease counts as a reservation');
-    assert.notEqual(after.current?.leaseId, past.leaseId);
   });
 });

@@ -19,30 +19,23 @@ export function shouldContinueAsNew(historyLimit: number | undefined, defaultLim
 }
 
 /**
- * Outgoing signals a run has sent and not yet seen delivered, each with an optional record of what
- * it was (the scheduler carries those records to its next run and sends them again; the device
- * waits for the count to reach zero). One promise per signal: the SDK captures a stack trace for
- * every promise a workflow creates, which is most of what a replay costs.
+ * Outgoing signals a run has to see delivered before it may continue-as-new (the server drops
+ * the undelivered signals of a closed run). One promise per signal: the SDK captures a stack
+ * trace for every promise a workflow creates, which is most of what a replay costs.
  */
-export class InFlight<T = undefined> {
-  private seq = 0;
-  /** What is still on its way, in the order it was sent. */
-  readonly pending = new Map<number, T>();
-  get count(): number {
-    return this.pending.size;
-  }
-  track(p: Promise<void>, onError: (err: unknown) => void, item?: T): void {
-    const id = this.seq++;
-    this.pending.set(id, item as T);
+export class InFlight {
+  count = 0;
+  track(p: Promise<void>, onError: (err: unknown) => void): void {
+    this.count++;
     p.then(
       () => {
-        this.pending.delete(id);
+        this.count--;
       },
       (err: unknown) => {
         try {
           onError(err);
         } finally {
-          this.pending.delete(id);
+          this.count--;
         }
       },
     );

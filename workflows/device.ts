@@ -1,8 +1,7 @@
 /**
  * device/<hostId>/<deviceId>: the single authority on who holds one device. It accepts a
  * reservation only when free, refuses a second holder, and ignores releases of any lease but the
- * current one, so nothing but the holder (or the hold deadline) frees it. A reservation it already
- * holds or has had (the same lease id, sent again) changes nothing.
+ * current one, so nothing but the holder (or the hold deadline) frees it.
  *
  * Audit trail (what the invariant checker reads): each accepted reservation is the `assignment`
  * signal this workflow sends to the task; each end is the `deviceReleased` signal it sends to the scheduler.
@@ -100,9 +99,6 @@ export async function deviceWorkflow(input: DeviceInput): Promise<never> {
   setHandler(deviceStateQuery, () => view);
 
   setHandler(reserveDeviceSignal, (req) => {
-    // A reservation this device already had and released, sent again: the scheduler re-sends, after
-    // it rolled over, the reservations it had not seen delivered, and some did get through.
-    if (view.recent.some((r) => r.leaseId === req.leaseId)) return;
     if (view.current && view.current.expiresAt <= Date.now() && view.current.leaseId !== req.leaseId) {
       // Past its deadline and nobody released it (the expireHold may have come too early): free it now.
       release(view.current, 'hold_expired');

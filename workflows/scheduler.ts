@@ -54,7 +54,7 @@ import {
   type QueuedTask,
 } from './strategies';
 import type { HostPublicKeys } from './identity';
-import type { PoolDevice, ReservationRequest } from './types';
+import type { PoolDevice } from './types';
 
 interface Held {
   taskId: string;
@@ -69,21 +69,9 @@ interface Held {
   task?: QueuedTask;
 }
 
-/**
- * A signal the scheduler sent and had not seen delivered when it rolled over. The server drops a
- * closed run's undelivered signals, so the next run sends them again; a copy that did get through
- * is harmless (the task keeps its first admission; the device ignores a lease it has already had).
- */
-export type Outgoing =
-  | { kind: 'admission'; taskId: string; admission: Admission }
-  | { kind: 'reserve'; request: ReservationRequest & { hostId: string; deviceId: string }; task: QueuedTask }
-  | { kind: 'expire'; hostId: string; deviceId: string; leaseId: string };
-
 export interface SchedulerCarried {
   /** Admission answers decided while the previous run was rolling over: sent by the next run. */
   replies?: Array<{ taskId: string; admission: Admission }>;
-  /** Signals the previous run sent that were not yet delivered when it rolled over: sent again. */
-  outbox?: Outgoing[];
   /** Older runs carried the queue as objects; new runs carry `packedQueue`. */
   queue?: QueuedTask[];
   packedQueue?: PackedQueue;
@@ -168,16 +156,9 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
    * the old behaviour.
    */
   const rolloverV2 = patched('scheduler-rollover-v2');
-  /**
-   * Runs started by this code roll over without waiting for their outgoing signals to be delivered
-   * (under load that wait paused the pool 8-11 s per roll-over): what is still on its way is
-   * carried and sent again by the next run (`Outgoing`).
-   */
-  const carryOutbox = rolloverV2 && patched('scheduler-carry-outbox');
   const historyLimit = input.historyLimit ?? (rolloverV2 ? DEFAULT_SCHEDULER_HISTORY_LIMIT : DEFAULT_HISTORY_LIMIT);
   let dirty = queue.length > 0;
-  /** Outgoing signals not yet delivered; the ones worth sending again carry their `Outgoing` record. */
-  const inFlight = new InFlight<Outgoing | undefined>();
+  const inFlight = new InFlight();
   /** Set once the run decided to continue-as-new: from then on nothing new is sent, only carried. */
   let draining = false;
   const deferredReplies: Array<{ taskId: string; admission: Admission }> = [];
@@ -193,9 +174,8 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     ]);
   }
 
-  /** Outgoing signals are fire-and-track: continue-as-new carries (or, in older runs, waits for) them. */
-  const send = (p: Promise<void>, onError: (err: unknown) => void, item?: Outgoing): void =>
-    inFlight.track(p, onError, item);
+  /** Outgoing signals are fire-and-track: continue-as-new waits for them. */
+  const send = (p: Promise<void>, onError: (err: unknown) => void): void => inFlight.track(p, onError);
 
   const insert = (t: QueuedTask): void => {
     let lo = 0;
@@ -217,15 +197,11 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
       deferredReplies.push({ taskId, admission });
       return;
     }
-    send(
-      getExternalWorkflowHandle(taskWorkflowId(taskId)).signal(admissionSignal, admission),
-      (err) => {
-        log.warn('admission reply failed; dropping the task from the queue', { taskId, error: String(err) });
-        const i = queueIndex(taskId);
-        if (i >= 0) queue.splice(i, 1);
-      },
-      { kind: 'admission', taskId, admission },
-    );
+    send(getExternalWorkflowHandle(taskWorkflowId(taskId)).signal(admissionSignal, admission), (err) => {
+      log.warn('admission reply failed; dropping the task from the queue', { taskId, error: String(err) });
+      const i = queueIndex(taskId);
+      if (i >= 0) queue.splice(i, 1);
+    });
   };
   // Tasks admitted while the previous run rolled over: a task still queued is answered like any
   // other enqueue, after this run's first round and only if that round gave it no device (the
@@ -397,7 +373,13 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
       if (h.until < now) {
         if (h.task) {
           const slash = k.indexOf('/'); // host ids cannot contain '/' (ids.ts)
-          expire(k.slice(0, slash), k.slice(slash + 1), h.leaseId);
+          send(
+            getExternalWorkflowHandle(deviceWorkflowId(k.slice(0, slash), k.slice(slash + 1))).signal(
+              expireHoldSignal,
+              { leaseId: h.leaseId },
+            ),
+            (err) => log.warn('could not expire a hold', { device: k, error: String(err) }),
+          );
         }
         log.warn('hold expired without a release; the device workflow decides from here', {
           device: k,
@@ -407,34 +389,6 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
       }
     }
   };
-
-  function expire(hostId: string, deviceId: string, leaseId: string): void {
-    send(
-      getExternalWorkflowHandle(deviceWorkflowId(hostId, deviceId)).signal(expireHoldSignal, { leaseId }),
-      (err) => log.warn('could not expire a hold', { device: deviceKey(hostId, deviceId), error: String(err) }),
-      { kind: 'expire', hostId, deviceId, leaseId },
-    );
-  }
-
-  /** Asks the device to confirm a pair this run (or the one before) decided and marked held. */
-  function reserve(request: ReservationRequest & { hostId: string; deviceId: string }, task: QueuedTask): void {
-    const { hostId, deviceId, ...req } = request;
-    const k = deviceKey(hostId, deviceId);
-    send(
-      getExternalWorkflowHandle(deviceWorkflowId(hostId, deviceId)).signal(reserveDeviceSignal, req),
-      (err) => {
-        // No device workflow to hold the reservation: treat the device as offline until its host reports again.
-        log.warn('reserve failed; device set offline until the next host update', { device: k, error: String(err) });
-        if (held.get(k)?.leaseId === req.leaseId) held.delete(k);
-        const d = devices.get(k);
-        if (d) d.state = 'offline';
-        if (queueIndex(task.taskId) < 0) insert(task);
-        if (task.attempt === 1) reply(task.taskId, { accepted: true });
-        dirty = true;
-      },
-      { kind: 'reserve', request, task },
-    );
-  }
 
   /** One matching round; returns the ids of the tasks it assigned. */
   const assignRound = (): Set<string> => {
@@ -458,30 +412,30 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
         until: Date.now() + task.holdMs + holdSlackMs,
       });
       counters.assignments++;
-      reserve(
-        {
-          hostId: device.hostId,
-          deviceId: device.deviceId,
+      send(
+        getExternalWorkflowHandle(deviceWorkflowId(device.hostId, device.deviceId)).signal(reserveDeviceSignal, {
           taskId: task.taskId,
           attempt: task.attempt,
           leaseId,
           pool,
           holdMs: task.holdMs,
           hostKeys: hostKeys.get(device.hostId)!,
+        }),
+        (err) => {
+          // No device workflow to hold the reservation: treat the device as offline until its host reports again.
+          log.warn('reserve failed; device set offline until the next host update', { device: k, error: String(err) });
+          if (held.get(k)?.leaseId === leaseId) held.delete(k);
+          const d = devices.get(k);
+          if (d) d.state = 'offline';
+          if (queueIndex(task.taskId) < 0) insert(task);
+          if (task.attempt === 1) reply(task.taskId, { accepted: true });
+          dirty = true;
         },
-        task,
       );
     }
     return taken;
   };
 
-  // What the previous run sent and did not see delivered. Reconfirmations are not carried: the
-  // line after this asks every suspect host again anyway.
-  for (const o of c?.outbox ?? []) {
-    if (o.kind === 'admission') reply(o.taskId, o.admission);
-    else if (o.kind === 'reserve') reserve(o.request, o.task);
-    else expire(o.hostId, o.deviceId, o.leaseId);
-  }
   for (const [hostId, at] of suspects) askReconfirm(hostId, at, 'carried over');
 
   // A coarse sweep so an expired hold frees its device even in a pool where nothing else happens.
@@ -513,15 +467,13 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     );
   }
 
-  // Stop sending (late answers are carried). Older runs then waited for what was already on its
-  // way; this one carries it.
+  // Stop sending (late answers are carried), then wait only for what is already on its way.
   draining = true;
   for (const taskId of unanswered) reply(taskId, { accepted: true });
   unanswered.clear();
-  await condition(() => (carryOutbox || inFlight.count === 0) && allHandlersFinished());
+  await condition(() => inFlight.count === 0 && allHandlersFinished());
   // Tasks admitted while we waited: their answer goes with the carried state, never dropped.
   for (const taskId of unanswered) reply(taskId, { accepted: true });
-  const outbox = carryOutbox ? [...inFlight.pending.values()].filter((o): o is Outgoing => o !== undefined) : undefined;
   return await continueAsNew<typeof schedulerWorkflow>({
     pool,
     config,
@@ -530,7 +482,6 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     holdSlackMs: input.holdSlackMs,
     carried: {
       replies: deferredReplies,
-      ...(outbox?.length ? { outbox } : {}),
       packedQueue: packQueue(queue),
       devices: [...devices.values()],
       held: [...held.entries()],

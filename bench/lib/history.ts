@@ -298,3 +298,33 @@ export function closeBounces(events: HistoryEvent[]): number {
   const unhandled = temporal.api.enums.v1.WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND;
   return events.filter((e) => e.workflowTaskFailedEventAttributes?.cause === unhandled).length;
 }
+
+/**
+ * What each roll-over of a long-lived workflow cost the pool, from consecutive runs: the gap between
+ * the last `signalName` signal a run sent and the first the next run sent (under a saturated queue,
+ * time the pool assigned nothing), and how many signals each run left undelivered at its close.
+ */
+export function rollOverGaps(runs: Array<{ events: HistoryEvent[] }>, signalName: string) {
+  const sent = (events: HistoryEvent[]) =>
+    events
+      .filter((e) => e.signalExternalWorkflowExecutionInitiatedEventAttributes?.signalName === signalName)
+      .map(eventMs);
+  const gapsMs: number[] = [];
+  for (let i = 0; i + 1 < runs.length; i++) {
+    const last = sent(runs[i].events).at(-1);
+    const first = sent(runs[i + 1].events)[0];
+    if (last !== undefined && first !== undefined) gapsMs.push(first - last);
+  }
+  const undelivered = runs.slice(0, -1).map(({ events }) => {
+    const open = new Set<number>();
+    for (const e of events) {
+      if (e.signalExternalWorkflowExecutionInitiatedEventAttributes) open.add(Number(e.eventId));
+      const done =
+        e.externalWorkflowExecutionSignaledEventAttributes?.initiatedEventId ??
+        e.signalExternalWorkflowExecutionFailedEventAttributes?.initiatedEventId;
+      if (done != null) open.delete(Number(done));
+    }
+    return open.size;
+  });
+  return { gapsMs, undelivered };
+}

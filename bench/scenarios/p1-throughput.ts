@@ -9,10 +9,10 @@ import { createSealingCodec } from '../../control-plane/sealing';
 import { schedulerWorkflowId } from '../../workflows/ids';
 import { startBaseline } from '../lib/baseline';
 import type { BenchEnv } from '../lib/env';
-import { closeBounces, fetchRuns, workflowTaskTimings, type Run } from '../lib/history';
+import { closeBounces, fetchRuns, rollOverGaps, workflowTaskTimings, type Run } from '../lib/history';
 import { startLoadFleet } from '../lib/fleet';
 import { burstBaseline, burstFleet } from '../lib/load';
-import { log, round } from '../lib/util';
+import { log, percentile, round } from '../lib/util';
 import type { Scenario } from './types';
 
 export const p1Throughput: Scenario = async (be, o) => {
@@ -78,6 +78,17 @@ export const p1Throughput: Scenario = async (be, o) => {
         fleet: `${sched.runs} / ${sched.bounces}`,
       },
       {
+        metric:
+          'scheduler roll-overs: pool idle across each, max / median (ms; last reserve of a run -> first of the next)',
+        fleet: sched.rollGapsMs.length
+          ? `${Math.max(...sched.rollGapsMs)} / ${percentile(sched.rollGapsMs, 50)}`
+          : 'n/a',
+      },
+      {
+        metric: 'scheduler roll-overs: signals undelivered at close (the server drops them: must be 0)',
+        fleet: sched.undelivered.reduce((a, b) => a + b, 0),
+      },
+      {
         metric: 'scheduler: longest workflow task (ms; after a bounce the SDK replays the whole run)',
         fleet: sched.longestTaskMs,
       },
@@ -115,7 +126,10 @@ async function schedulerRunStats(be: BenchEnv, runs: Run[]) {
     );
     replayMs = Math.round(performance.now() - started);
   }
+  const { gapsMs: rollGapsMs, undelivered } = rollOverGaps(runs, 'reserveDevice');
   return {
+    rollGapsMs,
+    undelivered,
     runs: runs.length,
     bounces: runs.reduce((n, r) => n + closeBounces(r.events), 0),
     longestTaskMs: Math.max(0, ...runs.flatMap((r) => workflowTaskTimings(r.events).workMs)),
