@@ -3,8 +3,11 @@
  * actually did (the commands they recorded), not what they say about themselves.
  *
  * - Device reservations: a reservation begins at the device workflow's `assignment` signal to the task
- *   and ends at its `deviceReleased` signal to the scheduler with the same leaseId. Two reservations of
- *   one device must never overlap, in time or in event order.
+ *   and ends at its `deviceReleased` signal to a scheduler with the same leaseId, or at a release of
+ *   that lease the device received (a pool passing on the task's release, on its own or riding on the
+ *   next `reserveDevice`): the device applies a release exactly when it names the lease it holds, and
+ *   does not echo a passed-on release back to the pool. Two reservations of one device must never
+ *   overlap, in time or in event order.
  * - Host activity executions (`runAssignment`) of one device must never overlap either.
  */
 import { AssertionError } from 'node:assert';
@@ -14,7 +17,7 @@ import type { Payload } from '@temporalio/common';
 import type { DeviceInput } from '../workflows/device';
 import { deviceKey, deviceWorkflowId, taskWorkflowId } from '../workflows/ids';
 import type { DeviceReleased } from '../workflows/messages';
-import type { Assignment, HostAssignment, Sealed } from '../workflows/types';
+import type { Assignment, HostAssignment, ReleaseNote, ReservationRequest, Sealed } from '../workflows/types';
 
 type History = Awaited<ReturnType<WorkflowHandle['fetchHistory']>>;
 type HistoryEvent = NonNullable<History['events']>[number];
@@ -27,7 +30,7 @@ export interface ReservationInterval {
   attempt: number;
   /** Epoch ms of the `assignment` signal command (or the carried reservation's reservedAt, see below). */
   begin: number;
-  /** Epoch ms of the matching `deviceReleased` signal command; undefined while the device still holds the lease. */
+  /** Epoch ms of the matching `deviceReleased` signal command or received release; undefined while the device still holds the lease. */
   end?: number;
   endReason?: string;
   /** The run whose history holds the begin. */
@@ -191,6 +194,26 @@ export async function deviceReservationIntervals(
         }
         continue;
       }
+      const end = (leaseId: string, reason: string): void => {
+        for (const iv of openOf(leaseId)) {
+          iv.end = at;
+          iv.endReason = reason;
+          iv.endRunId = run.runId;
+          iv.endSeq = seq;
+        }
+        open.delete(leaseId);
+      };
+      const received = event.workflowExecutionSignaledEventAttributes;
+      if (received?.signalName === 'releaseDevice') {
+        const r = await decodeFirst<ReleaseNote>(client, received.input?.payloads);
+        if (r) end(r.leaseId, r.reason);
+        continue;
+      }
+      if (received?.signalName === 'reserveDevice') {
+        const r = (await decodeFirst<ReservationRequest>(client, received.input?.payloads))?.release;
+        if (r) end(r.leaseId, r.reason);
+        continue;
+      }
       const attrs = event.signalExternalWorkflowExecutionInitiatedEventAttributes;
       if (!attrs) continue;
       if (attrs.signalName === 'assignment') {
@@ -207,14 +230,7 @@ export async function deviceReservationIntervals(
         });
       } else if (attrs.signalName === 'deviceReleased') {
         const r = await decodeFirst<DeviceReleased>(client, attrs.input?.payloads);
-        if (!r) continue;
-        for (const iv of openOf(r.leaseId)) {
-          iv.end = at;
-          iv.endReason = r.reason;
-          iv.endRunId = run.runId;
-          iv.endSeq = seq;
-        }
-        open.delete(r.leaseId);
+        if (r) end(r.leaseId, r.reason);
       }
     }
   }

@@ -159,6 +159,7 @@ export class FleetClient {
       priority: v.priority,
       owner: v.owner,
       policy,
+      releaseViaPool: true,
     };
   }
 

@@ -12,7 +12,8 @@ import { deviceStateQuery, hostSnapshotUpdate, reportAttemptUpdate, type DeviceV
 import { SignDomain } from '../workflows/identity';
 import { sign } from '../host-worker/identity';
 import { FAST_POLICY, eventually, signReport, startFleet, type Fleet } from './helpers/fleet';
-import { assertNoOverlappingReservations, taskAttemptRuns } from './helpers/invariants';
+import { assertNoOverlappingReservations, decodeFirst, taskAttemptRuns } from './helpers/invariants';
+import type { ReservationRequest } from '../workflows/types';
 import { recordingRunners } from './helpers/runners';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -74,6 +75,39 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
     const s = await f.scheduler();
     assert.equal(s.devices[0].reservedBy?.leaseId, a.leaseId);
     await f.fleet.cancel(taskId);
+  });
+
+  it("A finished attempt is released through its pool: riding on the device's next reservation when work waits, else on its own; never echoed back", async () => {
+    f = await startFleet('release-via-pool');
+    await f.addHost('h1', [{ deviceId: 'd1' }]);
+    await deviceKnown();
+    const first = await f.fleet.submit({ goal: 'first [sim duration=1500]' });
+    await f.waitForStatus(first.taskId, 'running');
+    // Three more wait in the queue: each release but the last finds the next task waiting for the device.
+    const rest = [];
+    for (let i = 0; i < 3; i++) rest.push(await f.fleet.submit({ goal: `next${i} [sim duration=50]` }));
+    for (const t of [first, ...rest]) assert.equal((await f.fleet.wait(t.taskId)).status, 'done');
+    await eventually(async () => ((await device(f!.hostId('h1'), 'd1')).current ? undefined : true), 'device free');
+
+    const history = await f.client.workflow.getHandle(deviceWorkflowId(f.hostId('h1'), 'd1')).fetchHistory();
+    let riding = 0;
+    let passedOn = 0;
+    let echoed = 0;
+    for (const e of history.events ?? []) {
+      const got = e.workflowExecutionSignaledEventAttributes;
+      if (got?.signalName === 'reserveDevice') {
+        if ((await decodeFirst<ReservationRequest>(f.client, got.input?.payloads))?.release) riding++;
+      } else if (got?.signalName === 'releaseDevice') {
+        if ((await decodeFirst<{ via?: string }>(f.client, got.input?.payloads))?.via === f.pool) passedOn++;
+      }
+      if (e.signalExternalWorkflowExecutionInitiatedEventAttributes?.signalName === 'deviceReleased') echoed++;
+    }
+    assert.deepEqual({ riding, passedOn, echoed }, { riding: 3, passedOn: 1, echoed: 0 });
+    const { reservations } = await assertNoOverlappingReservations(f.client, [
+      { hostId: f.hostId('h1'), deviceId: 'd1' },
+    ]);
+    assert.equal(reservations, 4);
+    assert.equal((await f.scheduler()).devices.find((d) => d.deviceId === 'd1')?.reservedBy, undefined);
   });
 
   it('Stale idle snapshot: the host reports a reserved device idle; no other task gets it', async () => {
@@ -196,7 +230,10 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
     const s = await f.scheduler();
     const h1Devices = s.devices.filter((d) => d.hostId === f!.hostId('h1'));
     assert.equal(h1Devices.length, 2);
-    assert.ok(h1Devices.every((d) => d.hostOnline && d.hostSuspectSince !== undefined), 'h1 online but presumed lost');
+    assert.ok(
+      h1Devices.every((d) => d.hostOnline && d.hostSuspectSince !== undefined),
+      'h1 online but presumed lost',
+    );
     // New work goes to the live host, not to h1's idle d2 (which would only end in an ack timeout).
     const b = await f.fleet.wait((await f.fleet.submit({ goal: 'B' })).taskId);
     assert.equal(b.status, 'done');

@@ -4,7 +4,9 @@
  * current one, so nothing but the holder (or the hold deadline) frees it.
  *
  * Audit trail (what the invariant checker reads): each accepted reservation is the `assignment`
- * signal this workflow sends to the task; each end is the `deviceReleased` signal it sends to the scheduler.
+ * signal this workflow sends to the task; each end is either the `deviceReleased` signal it sends to
+ * a scheduler, or a release it applied that the pool passed on (a `releaseDevice` with `via`, or the
+ * `release` riding on the next `reserveDevice`), which it does not echo back to that pool.
  * A hold past its deadline (nobody released it: the task was terminated, a signal was lost) is freed
  * when the scheduler's sweep says so; the device checks the deadline itself before it lets go.
  */
@@ -63,13 +65,15 @@ export async function deviceWorkflow(input: DeviceInput): Promise<never> {
     { key: FleetDeviceId, value: deviceId },
   ]);
 
-  const release = (r: Reservation, reason: string, detail?: string): void => {
+  /** `via`: the pool that passed this release on (it knows already). */
+  const release = (r: Reservation, reason: string, detail?: string, via?: string): void => {
     if (view.current?.leaseId !== r.leaseId) return;
     view.current = undefined;
     view.recent.push({ ...r, releasedAt: Date.now(), releaseReason: reason });
     if (view.recent.length > RECENT_KEPT) view.recent.shift();
     // Every pool that believes the device held by this lease: the owner, and any pool we refused meanwhile.
     const pools = new Set([r.pool, ...view.refusedPools]);
+    if (via !== undefined) pools.delete(via);
     view.refusedPools = [];
     for (const pool of pools) {
       send(
@@ -99,6 +103,10 @@ export async function deviceWorkflow(input: DeviceInput): Promise<never> {
   setHandler(deviceStateQuery, () => view);
 
   setHandler(reserveDeviceSignal, (req) => {
+    // The pool's scheduler learned that the current holder ended and passes that on with the next reservation.
+    if (req.release && view.current?.leaseId === req.release.leaseId) {
+      release(view.current, req.release.reason, req.release.detail, req.pool);
+    }
     if (view.current && view.current.expiresAt <= Date.now() && view.current.leaseId !== req.leaseId) {
       // Past its deadline and nobody released it (the expireHold may have come too early): free it now.
       release(view.current, 'hold_expired');
@@ -120,7 +128,8 @@ export async function deviceWorkflow(input: DeviceInput): Promise<never> {
       return;
     }
     const now = Date.now();
-    const r: Reservation = { ...req, hostId, deviceId, reservedAt: now, expiresAt: now + req.holdMs };
+    const { release: _passedOn, ...request } = req;
+    const r: Reservation = { ...request, hostId, deviceId, reservedAt: now, expiresAt: now + req.holdMs };
     view.current = r;
     view.reservations++;
     describe();
@@ -144,8 +153,8 @@ export async function deviceWorkflow(input: DeviceInput): Promise<never> {
     if (cur?.leaseId === leaseId && cur.expiresAt <= Date.now()) release(cur, 'hold_expired');
   });
 
-  setHandler(releaseDeviceSignal, ({ leaseId, reason, detail }) => {
-    if (view.current?.leaseId === leaseId) release(view.current, reason, detail);
+  setHandler(releaseDeviceSignal, ({ leaseId, reason, detail, via }) => {
+    if (view.current?.leaseId === leaseId) release(view.current, reason, detail, via);
   });
 
   describe();

@@ -8,6 +8,7 @@ import type {
   AttemptReport,
   DeviceSnapshot,
   PoolDevice,
+  ReleaseNote,
   Reservation,
   ReservationRequest,
   SignedSnapshot,
@@ -93,6 +94,12 @@ export const enqueueTaskSignal = defineSignal<[EnqueueRequest]>('enqueueTask');
 export const dequeueTaskSignal = defineSignal<[{ taskId: string }]>('dequeueTask');
 export const hostDevicesSignal = defineSignal<[HostDevicesUpdate]>('hostDevices');
 export const deviceReleasedSignal = defineSignal<[DeviceReleased]>('deviceReleased');
+/**
+ * Task -> scheduler: the attempt on this device ended. The pool frees the device in its view at once
+ * and passes the release on to the device, on the device's next reservation when one follows in
+ * the same round (one message less per task under load), else as a `releaseDevice` of its own.
+ */
+export const taskReleasedSignal = defineSignal<[DeviceReleased]>('taskReleased');
 export const reservationRefusedSignal = defineSignal<[ReservationRefused]>('reservationRefused');
 export const configureSchedulerUpdate = defineUpdate<SchedulerConfig, [SchedulerConfig]>('configureScheduler');
 export const schedulerStateQuery = defineQuery<SchedulerView>('schedulerState');
@@ -125,8 +132,8 @@ export interface DeviceView {
 export const reserveDeviceSignal = defineSignal<[ReservationRequest]>('reserveDevice');
 /** Scheduler -> device: the hold of this lease is past its deadline; free the device if it still holds it. */
 export const expireHoldSignal = defineSignal<[{ leaseId: string }]>('expireHold');
-export const releaseDeviceSignal =
-  defineSignal<[{ leaseId: string; reason: string; detail?: string }]>('releaseDevice');
+/** `via`: the pool that passed the release on; it already knows, so the device does not tell it back. */
+export const releaseDeviceSignal = defineSignal<[ReleaseNote & { via?: string }]>('releaseDevice');
 export const deviceStateQuery = defineQuery<DeviceView>('deviceState');
 
 // ---- host/<hostId> ----

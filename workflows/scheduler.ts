@@ -2,7 +2,9 @@
  * scheduler/<pool>: the pool's queue, admission limit and matcher. It decides (task, device)
  * pairs only for devices it believes free and marks them reserved in the same step; the device
  * workflow then confirms (and tells the task) or refuses (and tells the scheduler).
- * It receives about three messages per task: enqueue, device released, and rarely a refusal.
+ * It receives about two messages per task: enqueue and the task's release, and rarely a refusal.
+ * It passes each release on to the device, riding on the device's next reservation when the same
+ * round gives the device new work.
  */
 import {
   ApplicationFailure,
@@ -36,9 +38,12 @@ import {
   hostDevicesSignal,
   reconfirmHostSignal,
   reservationRefusedSignal,
+  releaseDeviceSignal,
   reserveDeviceSignal,
   schedulerStateQuery,
+  taskReleasedSignal,
   type Admission,
+  type DeviceReleased,
   type SchedulerConfig,
   type SchedulerCounters,
 } from './messages';
@@ -164,6 +169,8 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   const deferredReplies: Array<{ taskId: string; admission: Admission }> = [];
   /** Tasks admitted since the last round and not yet told so. */
   const unanswered = new Set<string>();
+  /** Releases tasks reported since the last round, by device: passed on to the device by the next round. */
+  const toRelease = new Map<string, DeviceReleased>();
 
   // Search attributes survive continue-as-new on the server: only the first run sets them (an
   // upsert is a billed action).
@@ -307,17 +314,45 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     dirty = true;
   });
 
+  /** A hold of ours ended: the device is free in our view from now on. */
+  const freed = (k: string, r: DeviceReleased): boolean => {
+    if (held.get(k)?.leaseId !== r.leaseId) return false;
+    if (hostLost(r)) suspectHost(r.hostId, r.detail ?? r.reason);
+    held.delete(k);
+    counters.releases++;
+    const end = `${r.reason}|${r.detail ?? ''}`;
+    counters.attemptEnds = { ...counters.attemptEnds, [end]: (counters.attemptEnds?.[end] ?? 0) + 1 };
+    dirty = true;
+    return true;
+  };
+
   setHandler(deviceReleasedSignal, (r) => {
-    const k = deviceKey(r.hostId, r.deviceId);
-    if (held.get(k)?.leaseId === r.leaseId) {
-      if (hostLost(r)) suspectHost(r.hostId, r.detail ?? r.reason);
-      held.delete(k);
-      counters.releases++;
-      const end = `${r.reason}|${r.detail ?? ''}`;
-      counters.attemptEnds = { ...counters.attemptEnds, [end]: (counters.attemptEnds?.[end] ?? 0) + 1 };
-      dirty = true;
-    }
+    freed(deviceKey(r.hostId, r.deviceId), r);
   });
+
+  // The task's own word that its attempt ended. The device still holds the lease until we pass the
+  // release on; a release for a hold we no longer track goes to the device at once (it decides).
+  setHandler(taskReleasedSignal, (r) => {
+    const k = deviceKey(r.hostId, r.deviceId);
+    if (freed(k, r) && !draining) toRelease.set(k, r);
+    else passOn(r);
+  });
+
+  function passOn(r: DeviceReleased): void {
+    send(
+      getExternalWorkflowHandle(deviceWorkflowId(r.hostId, r.deviceId)).signal(releaseDeviceSignal, {
+        leaseId: r.leaseId,
+        reason: r.reason,
+        detail: r.detail,
+        via: pool,
+      }),
+      (err) =>
+        log.warn('could not pass a release on to its device', {
+          device: deviceKey(r.hostId, r.deviceId),
+          error: String(err),
+        }),
+    );
+  }
 
   setHandler(reservationRefusedSignal, (r) => {
     const k = deviceKey(r.hostId, r.deviceId);
@@ -404,6 +439,8 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     for (const { task, device } of pairs) {
       const k = deviceKey(device.hostId, device.deviceId);
       const leaseId = uuid4();
+      const previous = toRelease.get(k);
+      toRelease.delete(k);
       held.set(k, {
         taskId: task.taskId,
         leaseId,
@@ -420,6 +457,9 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
           pool,
           holdMs: task.holdMs,
           hostKeys: hostKeys.get(device.hostId)!,
+          ...(previous
+            ? { release: { leaseId: previous.leaseId, reason: previous.reason, detail: previous.detail } }
+            : {}),
         }),
         (err) => {
           // No device workflow to hold the reservation: treat the device as offline until its host reports again.
@@ -462,6 +502,9 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     const assigned = assignRound();
     for (const taskId of unanswered) if (!assigned.has(taskId)) reply(taskId, { accepted: true });
     unanswered.clear();
+    // Devices freed this round that got no new work: the release goes to them on its own.
+    for (const r of toRelease.values()) passOn(r);
+    toRelease.clear();
     setCurrentDetails(
       `pool **${pool}** · ${config.strategy} · queued ${queue.length}/${config.maxQueueDepth} · devices ${devices.size} · held ${held.size}`,
     );
@@ -471,6 +514,8 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   draining = true;
   for (const taskId of unanswered) reply(taskId, { accepted: true });
   unanswered.clear();
+  for (const r of toRelease.values()) passOn(r); // released in the step that decided to roll over
+  toRelease.clear();
   await condition(() => inFlight.count === 0 && allHandlersFinished());
   // Tasks admitted while we waited: their answer goes with the carried state, never dropped.
   for (const taskId of unanswered) reply(taskId, { accepted: true });

@@ -30,7 +30,12 @@ export function packQueue(queue: readonly QueuedTask[]): PackedQueue {
   const index = new Map<string, number>();
   const constraints: TaskConstraints[] = [];
   const rows = queue.map((t): PackedQueue['rows'][number] => {
-    const key = JSON.stringify([t.constraints.driverType, t.constraints.tags, t.constraints.hostId, t.constraints.deviceId]);
+    const key = JSON.stringify([
+      t.constraints.driverType,
+      t.constraints.tags,
+      t.constraints.hostId,
+      t.constraints.deviceId,
+    ]);
     let i = index.get(key);
     if (i === undefined) {
       i = constraints.push(t.constraints) - 1;

@@ -34,6 +34,7 @@ import {
   enqueueTaskSignal,
   releaseDeviceSignal,
   reportAttemptUpdate,
+  taskReleasedSignal,
   taskStateQuery,
   type Admission,
   type EnqueueRequest,
@@ -388,6 +389,15 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
   }
 
   async function releaseDevice(record: AttemptRecord, reason: string, detail?: string): Promise<void> {
+    if (input.releaseViaPool) {
+      const { hostId, deviceId, leaseId } = record;
+      try {
+        await scheduler.signal(taskReleasedSignal, { hostId, deviceId, leaseId, taskId: input.taskId, reason, detail });
+        return;
+      } catch (e) {
+        log.warn('could not tell the pool the attempt ended; releasing at the device', { error: String(e) });
+      }
+    }
     await getExternalWorkflowHandle(deviceWorkflowId(record.hostId, record.deviceId))
       .signal(releaseDeviceSignal, { leaseId: record.leaseId, reason, detail })
       .catch((e) => log.warn('release failed; the device frees itself at its hold deadline', { error: String(e) }));

@@ -89,6 +89,12 @@ export interface TaskInput {
   policy: TaskPolicy;
   /** Epoch ms; the workflow fills it from its own start time when absent. */
   submittedAt?: number;
+  /**
+   * Set by every submit of this build: the end of an attempt goes to the pool's scheduler, which
+   * passes it on to the device (on the device's next reservation when one follows at once). Tasks
+   * started by older builds lack it and release at the device directly, as their histories recorded.
+   */
+  releaseViaPool?: boolean;
 }
 
 export type AttemptOutcome =
@@ -212,6 +218,18 @@ export interface ReservationRequest {
   hostKeys: HostPublicKeys;
   /** The device frees itself after this long even if nobody releases it (hard cap). */
   holdMs: number;
+  /**
+   * The holder this pool's scheduler learned had ended (the task told it): the device applies it
+   * first, if that lease is still the one it holds, so a release rides on the next reservation.
+   */
+  release?: ReleaseNote;
+}
+
+/** An attempt's end as the task reports it: which lease, and why. */
+export interface ReleaseNote {
+  leaseId: string;
+  reason: string;
+  detail?: string;
 }
 
 export interface Reservation extends ReservationRequest {
