@@ -8,7 +8,14 @@ import { WorkflowUpdateFailedError } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import { ErrorType } from '../workflows/errors';
 import { deviceWorkflowId, hostWorkflowId, taskWorkflowId } from '../workflows/ids';
-import { deviceStateQuery, hostSnapshotUpdate, reportAttemptUpdate, type DeviceView } from '../workflows/messages';
+import {
+  deviceStateQuery,
+  hostSnapshotUpdate,
+  releaseDeviceSignal,
+  reportAttemptUpdate,
+  reserveDeviceSignal,
+  type DeviceView,
+} from '../workflows/messages';
 import { SignDomain } from '../workflows/identity';
 import { sign } from '../host-worker/identity';
 import { FAST_POLICY, eventually, signReport, startFleet, type Fleet } from './helpers/fleet';
@@ -108,6 +115,37 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
     ]);
     assert.equal(reservations, 4);
     assert.equal((await f.scheduler()).devices.find((d) => d.deviceId === 'd1')?.reservedBy, undefined);
+  });
+
+  it('A pool refused while a lease was held hears of its release, even when that pool passed the release on itself', async () => {
+    f = await startFleet('refused-via');
+    await f.addHost('h1', [{ deviceId: 'd1' }]);
+    await deviceKnown();
+    const t = await f.fleet.submit({ goal: 'hold [sim outcome=hang]' });
+    await f.waitForStatus(t.taskId, 'running');
+    const dev = f.client.workflow.getHandle(deviceWorkflowId(f.hostId('h1'), 'd1'));
+    const {
+      hostId: _h,
+      deviceId: _d,
+      reservedAt: _r,
+      expiresAt: _e,
+      ...held
+    } = (await dev.query(deviceStateQuery)).current!;
+    // The pool passed a release on and then reserved the device again; the two signals may arrive in
+    // either order. Here the reservation comes first and is refused: the pool now believes the device
+    // held by the old lease.
+    await dev.signal(reserveDeviceSignal, { ...held, taskId: `${t.taskId}-next`, leaseId: 'next-lease' });
+    await eventually(async () => ((await dev.query(deviceStateQuery)).refusals === 1 ? true : undefined), 'refused');
+    await dev.signal(releaseDeviceSignal, { leaseId: held.leaseId, reason: 'done', via: f.pool });
+    await eventually(async () => ((await dev.query(deviceStateQuery)).current ? undefined : true), 'released');
+    const told = [];
+    for (const e of (await dev.fetchHistory()).events ?? []) {
+      const a = e.signalExternalWorkflowExecutionInitiatedEventAttributes;
+      if (a?.signalName === 'deviceReleased')
+        told.push((await decodeFirst<{ leaseId: string }>(f.client, a.input?.payloads))?.leaseId);
+    }
+    assert.deepEqual(told, [held.leaseId], 'the device told the pool its refusal misled');
+    await f.fleet.cancel(t.taskId);
   });
 
   it('Stale idle snapshot: the host reports a reserved device idle; no other task gets it', async () => {

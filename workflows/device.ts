@@ -72,8 +72,10 @@ export async function deviceWorkflow(input: DeviceInput): Promise<never> {
     view.recent.push({ ...r, releasedAt: Date.now(), releaseReason: reason });
     if (view.recent.length > RECENT_KEPT) view.recent.shift();
     // Every pool that believes the device held by this lease: the owner, and any pool we refused meanwhile.
-    const pools = new Set([r.pool, ...view.refusedPools]);
-    if (via !== undefined) pools.delete(via);
+    // The pool that passed the release on knows, unless we refused it meanwhile: its view then says
+    // the device is held by this lease (the refusal told it so).
+    const pools = new Set(view.refusedPools);
+    if (r.pool !== via) pools.add(r.pool);
     view.refusedPools = [];
     for (const pool of pools) {
       send(

@@ -171,6 +171,12 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   const unanswered = new Set<string>();
   /** Releases tasks reported since the last round, by device: passed on to the device by the next round. */
   const toRelease = new Map<string, DeviceReleased>();
+  /**
+   * Releases passed on by a `releaseDevice` of their own and not yet delivered, by device. A new
+   * reservation for that device carries the release again: two signals to one workflow may arrive
+   * in either order, and the device applies a release only while it holds that lease.
+   */
+  const passing = new Map<string, DeviceReleased>();
 
   // Search attributes survive continue-as-new on the server: only the first run sets them (an
   // upsert is a billed action).
@@ -339,13 +345,19 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   });
 
   function passOn(r: DeviceReleased): void {
+    const k = deviceKey(r.hostId, r.deviceId);
+    passing.set(k, r);
     send(
-      getExternalWorkflowHandle(deviceWorkflowId(r.hostId, r.deviceId)).signal(releaseDeviceSignal, {
-        leaseId: r.leaseId,
-        reason: r.reason,
-        detail: r.detail,
-        via: pool,
-      }),
+      getExternalWorkflowHandle(deviceWorkflowId(r.hostId, r.deviceId))
+        .signal(releaseDeviceSignal, {
+          leaseId: r.leaseId,
+          reason: r.reason,
+          detail: r.detail,
+          via: pool,
+        })
+        .finally(() => {
+          if (passing.get(k) === r) passing.delete(k);
+        }),
       (err) =>
         log.warn('could not pass a release on to its device', {
           device: deviceKey(r.hostId, r.deviceId),
@@ -439,7 +451,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     for (const { task, device } of pairs) {
       const k = deviceKey(device.hostId, device.deviceId);
       const leaseId = uuid4();
-      const previous = toRelease.get(k);
+      const previous = toRelease.get(k) ?? passing.get(k);
       toRelease.delete(k);
       held.set(k, {
         taskId: task.taskId,

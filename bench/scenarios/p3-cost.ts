@@ -48,12 +48,15 @@ export const p3Cost: Scenario = async (be, o) => {
   try {
     fRun = await burstFleet(be.cpu, bf, ids('p3f'), o.concurrency, timeoutMs);
     // Releases reach the scheduler after the task closed: wait for all of them before reading.
+    let seen = '';
     await waitUntil(
       async () => {
         const s = await bf.scheduler();
-        return s.counters.releases >= fRun!.completed && s.devices.every((d) => !d.reservedBy) ? true : undefined;
+        const held = s.devices.filter((d) => d.reservedBy);
+        seen = `releases ${s.counters.releases} of ${fRun!.completed}, still held: ${JSON.stringify(held.slice(0, 5).map((d) => [d.hostId, d.deviceId, d.reservedBy?.taskId, d.reservedBy?.attempt]))}, counters ${JSON.stringify(s.counters)}`;
+        return s.counters.releases >= fRun!.completed && held.length === 0 ? true : undefined;
       },
-      'every release to reach the scheduler',
+      () => `every release to reach the scheduler (${seen})`,
       60_000,
       250,
     );
