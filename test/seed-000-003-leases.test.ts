@@ -50,6 +50,15 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
     await h.stop();
     return h;
   };
+  /** A fleet with one device (h1/d1) and a task running on it. */
+  const runningOnOneDevice = async (name: string, goal: string) => {
+    f = await startFleet(name);
+    await f.addHost('h1', [{ deviceId: 'd1' }]);
+    await deviceKnown();
+    const t = await f.fleet.submit({ goal });
+    await f.waitForStatus(t.taskId, 'running');
+    return { fl: f, t };
+  };
   const processHost = (name: string, deviceId: string, more: string[] = []) => f!.spawnHost(name, [deviceId, ...more]);
   /** A live in-process host whose runner finishes every attempt at once ('rescued'). */
   const rescueHost = (name: string, deviceId: string) =>
@@ -85,45 +94,37 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
   });
 
   it("A finished attempt is released through its pool: riding on the device's next reservation when work waits, else on its own; never echoed back", async () => {
-    f = await startFleet('release-via-pool');
-    await f.addHost('h1', [{ deviceId: 'd1' }]);
-    await deviceKnown();
-    const first = await f.fleet.submit({ goal: 'first [sim duration=1500]' });
-    await f.waitForStatus(first.taskId, 'running');
+    const { fl, t: first } = await runningOnOneDevice('release-via-pool', 'first [sim duration=1500]');
     // Three more wait in the queue: each release but the last finds the next task waiting for the device.
     const rest = [];
-    for (let i = 0; i < 3; i++) rest.push(await f.fleet.submit({ goal: `next${i} [sim duration=50]` }));
-    for (const t of [first, ...rest]) assert.equal((await f.fleet.wait(t.taskId)).status, 'done');
-    await eventually(async () => ((await device(f!.hostId('h1'), 'd1')).current ? undefined : true), 'device free');
+    for (let i = 0; i < 3; i++) rest.push(await fl.fleet.submit({ goal: `next${i} [sim duration=50]` }));
+    for (const t of [first, ...rest]) assert.equal((await fl.fleet.wait(t.taskId)).status, 'done');
+    await eventually(async () => ((await device(fl.hostId('h1'), 'd1')).current ? undefined : true), 'device free');
 
-    const history = await f.client.workflow.getHandle(deviceWorkflowId(f.hostId('h1'), 'd1')).fetchHistory();
+    const history = await fl.client.workflow.getHandle(deviceWorkflowId(fl.hostId('h1'), 'd1')).fetchHistory();
     let riding = 0;
     let passedOn = 0;
     let echoed = 0;
     for (const e of history.events ?? []) {
       const got = e.workflowExecutionSignaledEventAttributes;
       if (got?.signalName === 'reserveDevice') {
-        if ((await decodeFirst<ReservationRequest>(f.client, got.input?.payloads))?.release) riding++;
+        if ((await decodeFirst<ReservationRequest>(fl.client, got.input?.payloads))?.release) riding++;
       } else if (got?.signalName === 'releaseDevice') {
-        if ((await decodeFirst<{ via?: string }>(f.client, got.input?.payloads))?.via === f.pool) passedOn++;
+        if ((await decodeFirst<{ via?: string }>(fl.client, got.input?.payloads))?.via === fl.pool) passedOn++;
       }
       if (e.signalExternalWorkflowExecutionInitiatedEventAttributes?.signalName === 'deviceReleased') echoed++;
     }
     assert.deepEqual({ riding, passedOn, echoed }, { riding: 3, passedOn: 1, echoed: 0 });
-    const { reservations } = await assertNoOverlappingReservations(f.client, [
-      { hostId: f.hostId('h1'), deviceId: 'd1' },
+    const { reservations } = await assertNoOverlappingReservations(fl.client, [
+      { hostId: fl.hostId('h1'), deviceId: 'd1' },
     ]);
     assert.equal(reservations, 4);
-    assert.equal((await f.scheduler()).devices.find((d) => d.deviceId === 'd1')?.reservedBy, undefined);
+    assert.equal((await fl.scheduler()).devices.find((d) => d.deviceId === 'd1')?.reservedBy, undefined);
   });
 
   it('A pool refused while a lease was held hears of its release, even when that pool passed the release on itself', async () => {
-    f = await startFleet('refused-via');
-    await f.addHost('h1', [{ deviceId: 'd1' }]);
-    await deviceKnown();
-    const t = await f.fleet.submit({ goal: 'hold [sim outcome=hang]' });
-    await f.waitForStatus(t.taskId, 'running');
-    const dev = f.client.workflow.getHandle(deviceWorkflowId(f.hostId('h1'), 'd1'));
+    const { fl, t } = await runningOnOneDevice('refused-via', 'hold [sim outcome=hang]');
+    const dev = fl.client.workflow.getHandle(deviceWorkflowId(fl.hostId('h1'), 'd1'));
     const {
       hostId: _h,
       deviceId: _d,
@@ -136,16 +137,16 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
     // held by the old lease.
     await dev.signal(reserveDeviceSignal, { ...held, taskId: `${t.taskId}-next`, leaseId: 'next-lease' });
     await eventually(async () => ((await dev.query(deviceStateQuery)).refusals === 1 ? true : undefined), 'refused');
-    await dev.signal(releaseDeviceSignal, { leaseId: held.leaseId, reason: 'done', via: f.pool });
+    await dev.signal(releaseDeviceSignal, { leaseId: held.leaseId, reason: 'done', via: fl.pool });
     await eventually(async () => ((await dev.query(deviceStateQuery)).current ? undefined : true), 'released');
     const told = [];
     for (const e of (await dev.fetchHistory()).events ?? []) {
       const a = e.signalExternalWorkflowExecutionInitiatedEventAttributes;
       if (a?.signalName === 'deviceReleased')
-        told.push((await decodeFirst<{ leaseId: string }>(f.client, a.input?.payloads))?.leaseId);
+        told.push((await decodeFirst<{ leaseId: string }>(fl.client, a.input?.payloads))?.leaseId);
     }
     assert.deepEqual(told, [held.leaseId], 'the device told the pool its refusal misled');
-    await f.fleet.cancel(t.taskId);
+    await fl.fleet.cancel(t.taskId);
   });
 
   it('Stale idle snapshot: the host reports a reserved device idle; no other task gets it', async () => {
