@@ -42,15 +42,11 @@ export interface HostDevicesUpdate {
   /** When the host workflow accepted the host's last verified snapshot (clears a suspicion older than it). */
   lastSeenAt?: number;
 }
-export interface DeviceReleased {
+/** `reason`: how the attempt ended, or why the device freed itself (hold_expired, task_gone). */
+export interface DeviceReleased extends ReleaseNote {
   hostId: string;
   deviceId: string;
-  leaseId: string;
   taskId: string;
-  /** How the attempt ended (done, lease_expired, dispatch_failed, cancelled, ...), or why the device freed itself. */
-  reason: string;
-  /** The finer class, e.g. ack_timeout / device_unavailable for a dispatch failure. */
-  detail?: string;
 }
 export interface ReservationRefused {
   hostId: string;

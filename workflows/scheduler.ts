@@ -59,7 +59,7 @@ import {
   type QueuedTask,
 } from './strategies';
 import type { HostPublicKeys } from './identity';
-import type { PoolDevice } from './types';
+import type { PoolDevice, ReleaseNote } from './types';
 
 interface Held {
   taskId: string;
@@ -88,6 +88,9 @@ export interface SchedulerCarried {
   counters: SchedulerCounters;
   runs: number;
 }
+
+/** What the device needs of a task's release. */
+const releaseNote = ({ leaseId, reason, detail }: DeviceReleased): ReleaseNote => ({ leaseId, reason, detail });
 
 /** Margin past a hold's own deadline before the scheduler stops believing it (default). */
 const HELD_SLACK_MS = 60_000;
@@ -349,12 +352,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     passing.set(k, r);
     send(
       getExternalWorkflowHandle(deviceWorkflowId(r.hostId, r.deviceId))
-        .signal(releaseDeviceSignal, {
-          leaseId: r.leaseId,
-          reason: r.reason,
-          detail: r.detail,
-          via: pool,
-        })
+        .signal(releaseDeviceSignal, { ...releaseNote(r), via: pool })
         .finally(() => {
           if (passing.get(k) === r) passing.delete(k);
         }),
@@ -469,9 +467,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
           pool,
           holdMs: task.holdMs,
           hostKeys: hostKeys.get(device.hostId)!,
-          ...(previous
-            ? { release: { leaseId: previous.leaseId, reason: previous.reason, detail: previous.detail } }
-            : {}),
+          ...(previous ? { release: releaseNote(previous) } : {}),
         }),
         (err) => {
           // No device workflow to hold the reservation: treat the device as offline until its host reports again.

@@ -225,10 +225,12 @@ export interface ReservationRequest {
   release?: ReleaseNote;
 }
 
-/** An attempt's end as the task reports it: which lease, and why. */
+/** The end of a lease: which one, and why. */
 export interface ReleaseNote {
   leaseId: string;
+  /** How the attempt ended (done, lease_expired, dispatch_failed, cancelled, ...). */
   reason: string;
+  /** The finer class, e.g. ack_timeout / device_unavailable for a dispatch failure. */
   detail?: string;
 }
 
