@@ -7,13 +7,14 @@
  *   npm run bench -- --scenario P1,P2 --tasks 5000
  *   flags: --scenario P1,P2,P3,P4,P5,MEM  --tasks N  --hosts H  --devices D  --pollers N|default  --fill-budget-s S
  *          --concurrency C  --samples N  --p3-tasks N  --queue N  --cycles N
- *          --lease-ms MS  --mem-tasks N  --snapshot-ms MS  --out PATH
+ *          --lease-ms MS  --mem-tasks N  --snapshot-ms MS  --server-tuning on|off  --out PATH
  */
 import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
+import { devServerTuningArgs } from '../control-plane/temporal-cli';
 import { startBenchEnv, type BenchEnv } from './lib/env';
 import { longLivedWorkflows, setHostPollers } from './lib/fleet';
 import { log } from './lib/util';
@@ -47,6 +48,7 @@ function options(): { opts: BenchOptions; scenarios: string[]; out: string } {
       'lease-ms': { type: 'string' },
       'mem-tasks': { type: 'string' },
       'snapshot-ms': { type: 'string' },
+      'server-tuning': { type: 'string' },
       out: { type: 'string' },
     },
   });
@@ -82,6 +84,11 @@ function options(): { opts: BenchOptions; scenarios: string[]; out: string } {
     memTasks: num(values['mem-tasks'], 300, 150),
     snapshotMs: num(values['snapshot-ms'], 10_000, 10_000),
   };
+  // The dev server's dynamic config (control-plane/temporal-cli.ts): the project's tuning, or the
+  // server's own defaults for comparison. Read by startBenchEnv through the environment.
+  const tuning = values['server-tuning'] ?? 'on';
+  if (tuning !== 'on' && tuning !== 'off') throw new Error(`--server-tuning takes on or off, not "${tuning}"`);
+  process.env.FLEET_DEV_SERVER_TUNING = tuning;
   const scenarios = (values.scenario ?? Object.keys(SCENARIOS).join(','))
     .split(',')
     .map((s) => s.trim().toUpperCase())
@@ -111,6 +118,8 @@ function machine(be: BenchEnv | undefined): Record<string, unknown> {
     os: `${os.type()} ${os.release()}`,
     node: process.version,
     temporal: be?.temporalVersion,
+    // What the dev server was started with beyond its defaults (empty: --server-tuning off).
+    serverDynamicConfig: devServerTuningArgs().filter((a) => a !== '--dynamic-config-value'),
     loadAverage: os.loadavg().map((v) => Math.round(v * 100) / 100),
   };
 }

@@ -15,7 +15,7 @@ import {
   type ControlPlaneConfigInput,
 } from '../control-plane/config';
 import { enrollHost } from '../control-plane/hosts';
-import { temporalCliPath } from '../control-plane/temporal-cli';
+import { devServerTuningArgs, temporalCliPath } from '../control-plane/temporal-cli';
 import { generateHostCredential, publicKeys, saveHostCredential, type HostCredential } from '../host-worker/identity';
 import { registerHostBoxKey } from '../control-plane/audit';
 import { ALL_SEARCH_ATTRIBUTES } from '../workflows/search-attributes';
@@ -138,6 +138,7 @@ export class Stack {
         '--log-level',
         'error',
         ...sa,
+        ...devServerTuningArgs(),
       ],
       {},
     );

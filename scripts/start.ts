@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { Connection } from '@temporalio/client';
 import { sha256Hex, type ApiToken } from '../control-plane/rest/auth';
-import { temporalCliPath } from '../control-plane/temporal-cli';
+import { devServerTuningArgs, temporalCliPath } from '../control-plane/temporal-cli';
 import { ALL_SEARCH_ATTRIBUTES } from '../workflows/search-attributes';
 import { addHost } from './hosts-add';
 
@@ -164,6 +164,7 @@ async function main(): Promise<void> {
       '--log-level',
       'warn',
       ...saFlags,
+      ...devServerTuningArgs(),
     ],
     { detached: true },
   );

@@ -4,7 +4,7 @@
  */
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, DefaultLogger, Runtime, type WorkflowBundle } from '@temporalio/worker';
-import { temporalCliPath } from '../control-plane/temporal-cli';
+import { devServerTuningArgs, temporalCliPath } from '../control-plane/temporal-cli';
 import { WORKFLOW_PRELOAD_MODULES } from '../control-plane/worker';
 import { ALL_SEARCH_ATTRIBUTES } from '../workflows/search-attributes';
 
@@ -31,7 +31,7 @@ export const mochaHooks = {
         server: {
           executable: { type: 'existing-path', path },
           searchAttributes: ALL_SEARCH_ATTRIBUTES,
-          extraArgs: ['--log-level', 'error'],
+          extraArgs: ['--log-level', 'error', ...devServerTuningArgs()],
         },
       }),
       bundleWorkflowCode({

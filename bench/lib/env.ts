@@ -7,7 +7,7 @@ import { WORKFLOW_PRELOAD_MODULES } from '../../control-plane/worker';
 import { execFileSync } from 'node:child_process';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, DefaultLogger, Runtime, type WorkflowBundle } from '@temporalio/worker';
-import { temporalCliPath } from '../../control-plane/temporal-cli';
+import { devServerTuningArgs, temporalCliPath } from '../../control-plane/temporal-cli';
 import { ALL_SEARCH_ATTRIBUTES } from '../../workflows/search-attributes';
 import { CpuMeter, findServerPid } from './cpu';
 import { freePort, log } from './util';
@@ -35,7 +35,7 @@ export async function startBenchEnv(): Promise<BenchEnv> {
         executable: { type: 'existing-path', path },
         ip: '127.0.0.1',
         searchAttributes: ALL_SEARCH_ATTRIBUTES,
-        extraArgs: ['--log-level', 'error', '--metrics-port', String(metricsPort)],
+        extraArgs: ['--log-level', 'error', '--metrics-port', String(metricsPort), ...devServerTuningArgs()],
       },
     }),
     bundleWorkflowCode({
