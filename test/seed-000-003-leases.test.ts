@@ -7,18 +7,27 @@ import assert from 'node:assert/strict';
 import { WorkflowUpdateFailedError } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import { ErrorType } from '../workflows/errors';
-import { deviceWorkflowId, hostWorkflowId, taskWorkflowId } from '../workflows/ids';
+import { deviceWorkflowId, hostWorkflowId, schedulerWorkflowId, taskWorkflowId } from '../workflows/ids';
 import {
+  deviceReleasedSignal,
   deviceStateQuery,
+  enqueueTaskSignal,
+  hostDevicesSignal,
   hostSnapshotUpdate,
   releaseDeviceSignal,
   reportAttemptUpdate,
+  reservationRefusedSignal,
   reserveDeviceSignal,
+  schedulerStateQuery,
   type DeviceView,
 } from '../workflows/messages';
+import { Worker } from '@temporalio/worker';
+import { deviceWorkflow } from '../workflows/device';
+import { schedulerWorkflow } from '../workflows/scheduler';
+import { testEnv, workflowBundle } from './setup';
 import { SignDomain } from '../workflows/identity';
 import { sign } from '../host-worker/identity';
-import { FAST_POLICY, eventually, signReport, startFleet, type Fleet } from './helpers/fleet';
+import { FAST_POLICY, eventually, signReport, startFleet, uid, type Fleet } from './helpers/fleet';
 import { assertNoOverlappingReservations, decodeFirst, taskAttemptRuns } from './helpers/invariants';
 import type { ReservationRequest } from '../workflows/types';
 import { recordingRunners } from './helpers/runners';
@@ -147,6 +156,122 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
     }
     assert.deepEqual(told, [held.leaseId], 'the device told the pool its refusal misled');
     await fl.fleet.cancel(t.taskId);
+  });
+
+  it("A new device run handles a release that arrived before a reservation first (signals waiting for a run's handlers)", async () => {
+    // Right after continue-as-new, a release and the next reservation can both be waiting for the
+    // new run's first workflow task. Handled reservation-first, the reservation was refused for
+    // nothing and the pool believed the device held by the finished task (found by the durability
+    // test of roll-overs). Here the run cannot start until both have arrived: nobody polls its queue.
+    f = await startFleet('buffered');
+    const hostId = f.hostId('hb');
+    const queue = uid('unpolled');
+    const keys = { signing: '00'.repeat(32), box: '00'.repeat(32) };
+    const now = Date.now();
+    const old = {
+      taskId: uid('old'),
+      attempt: 1,
+      leaseId: uid('lease-old'),
+      pool: f.pool,
+      holdMs: 60_000,
+      hostKeys: keys,
+    };
+    const dev = await f.client.workflow.start(deviceWorkflow, {
+      workflowId: deviceWorkflowId(hostId, 'd1'),
+      taskQueue: queue,
+      args: [
+        {
+          hostId,
+          deviceId: 'd1',
+          carried: {
+            current: { ...old, hostId, deviceId: 'd1', reservedAt: now, expiresAt: now + 60_000 },
+            recent: [],
+            reservations: 1,
+            refusals: 0,
+            runs: 1,
+            refusedPools: [],
+          },
+        },
+      ],
+    });
+    await dev.signal(releaseDeviceSignal, { leaseId: old.leaseId, reason: 'done', via: f.pool });
+    const next = { ...old, taskId: uid('next'), leaseId: uid('lease-next') };
+    await dev.signal(reserveDeviceSignal, next);
+    const worker = await Worker.create({
+      connection: testEnv().nativeConnection,
+      taskQueue: queue,
+      workflowBundle: workflowBundle(),
+    });
+    const view = await worker.runUntil(
+      eventually(async () => {
+        const v = await dev.query(deviceStateQuery);
+        return v.reservations === 2 || v.refusals > 0 ? v : undefined;
+      }, 'the device handled both signals'),
+    );
+    assert.equal(view.refusals, 0, 'the reservation was not refused');
+    assert.equal(view.recent.find((r) => r.leaseId === old.leaseId)?.releaseReason, 'done');
+    assert.equal(view.reservations, 2);
+    await dev.terminate('test over');
+  });
+
+  it('A refusal that reaches the pool after the device released the lease it names does not hold the device', async () => {
+    // The device refused a reservation while an older lease held it, then released that lease: two
+    // signals to the pool, which may arrive in either order. Here the release comes first.
+    f = await startFleet('refusal-late');
+    const pool = uid('pool');
+    const hostId = uid('hx');
+    const unpolled = uid('unpolled');
+    // The device and the task exist (signals to them are delivered) but never run: the test speaks for them.
+    await f.client.workflow.start('inert', { workflowId: deviceWorkflowId(hostId, 'd1'), taskQueue: unpolled });
+    const taskId = uid('t');
+    await f.client.workflow.start('inert', { workflowId: taskWorkflowId(taskId), taskQueue: unpolled });
+    const sched = await f.client.workflow.start(schedulerWorkflow, {
+      workflowId: schedulerWorkflowId(pool),
+      taskQueue: f.config.controlTaskQueue,
+      args: [{ pool, config: { strategy: 'fifo_match', maxQueueDepth: 10, agingMs: 60_000 } }],
+    });
+    const reservedBy = async () => (await sched.query(schedulerStateQuery)).devices[0]?.reservedBy;
+    await sched.signal(hostDevicesSignal, {
+      hostId,
+      online: true,
+      drained: false,
+      drainedDevices: [],
+      devices: [{ deviceId: 'd1', driverType: 'sim', tags: [], state: 'idle', health: 'good' }],
+      version: 1,
+      keys: { signing: '00'.repeat(32), box: '00'.repeat(32) },
+    });
+    await sched.signal(enqueueTaskSignal, {
+      taskId,
+      constraints: { tags: [] },
+      priority: 0,
+      submittedAt: Date.now(),
+      attempt: 1,
+      holdMs: 60_000,
+      first: true,
+    });
+    const first = await eventually(async () => (await reservedBy())?.leaseId, 'the pool reserved d1');
+    const older = { taskId: uid('older'), leaseId: uid('lease-older'), expiresAt: Date.now() + 60_000 };
+    await sched.signal(deviceReleasedSignal, {
+      hostId,
+      deviceId: 'd1',
+      leaseId: older.leaseId,
+      taskId: older.taskId,
+      reason: 'done',
+    });
+    await sched.signal(reservationRefusedSignal, {
+      hostId,
+      deviceId: 'd1',
+      request: { taskId, attempt: 1, leaseId: first, pool, holdMs: 60_000, hostKeys: { signing: '', box: '' } },
+      heldBy: older,
+    });
+    // The pool offers the device to the task again, under a new lease, instead of waiting out the old one.
+    const again = await eventually(async () => {
+      const r = await reservedBy();
+      return r && r.leaseId !== first ? r : undefined;
+    }, 'the pool reserved d1 again');
+    assert.equal(again.taskId, taskId);
+    assert.notEqual(again.leaseId, older.leaseId);
+    await sched.terminate('test over');
   });
 
   it('Stale idle snapshot: the host reports a reserved device idle; no other task gets it', async () => {

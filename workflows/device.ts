@@ -16,6 +16,7 @@ import {
   continueAsNew,
   getExternalWorkflowHandle,
   log,
+  patched,
   setCurrentDetails,
   setHandler,
   upsertSearchAttributes,
@@ -33,7 +34,7 @@ import {
   type DeviceView,
 } from './messages';
 import { FleetDeviceId, FleetHostId, FleetKind } from './search-attributes';
-import type { Reservation } from './types';
+import type { ReleaseNote, Reservation, ReservationRequest } from './types';
 
 const RECENT_KEPT = 20;
 
@@ -104,7 +105,7 @@ export async function deviceWorkflow(input: DeviceInput): Promise<never> {
 
   setHandler(deviceStateQuery, () => view);
 
-  setHandler(reserveDeviceSignal, (req) => {
+  const onReserve = (req: ReservationRequest): void => {
     // The pool's scheduler learned that the current holder ended and passes that on with the next reservation.
     if (req.release && view.current?.leaseId === req.release.leaseId) {
       release(view.current, req.release.reason, req.release.detail, req.pool);
@@ -148,16 +149,33 @@ export async function deviceWorkflow(input: DeviceInput): Promise<never> {
       // The task ended (cancelled, or gone) before it heard of the device: nobody will use it.
       () => release(r, 'task_gone'),
     );
-  });
+  };
 
-  setHandler(expireHoldSignal, ({ leaseId }) => {
+  const onExpireHold = ({ leaseId }: { leaseId: string }): void => {
     const cur = view.current;
     if (cur?.leaseId === leaseId && cur.expiresAt <= Date.now()) release(cur, 'hold_expired');
-  });
+  };
 
-  setHandler(releaseDeviceSignal, ({ leaseId, reason, detail, via }) => {
+  const onRelease = ({ leaseId, reason, detail, via }: ReleaseNote & { via?: string }): void => {
     if (view.current?.leaseId === leaseId) release(view.current, reason, detail, via);
-  });
+  };
+
+  // Signals that reach a run before its handlers exist (a new run's first workflow task, e.g. right
+  // after continue-as-new) are handed to each handler as it is registered, so across signal names
+  // the order of registration wins over the order of arrival. Releases go first: a release in that
+  // batch is for a lease reserved before it (a lease is only released after its assignment went
+  // out), while a reservation handled ahead of the release it followed is refused for nothing,
+  // which left the pool believing the device held by a finished task (seen in durability tests).
+  // Runs recorded before this change registered the reservation first and replay so.
+  if (patched('device-releases-first')) {
+    setHandler(releaseDeviceSignal, onRelease);
+    setHandler(expireHoldSignal, onExpireHold);
+    setHandler(reserveDeviceSignal, onReserve);
+  } else {
+    setHandler(reserveDeviceSignal, onReserve);
+    setHandler(expireHoldSignal, onExpireHold);
+    setHandler(releaseDeviceSignal, onRelease);
+  }
 
   describe();
   // No timer of its own (a timer per reservation is a billed action per task): the pool's scheduler

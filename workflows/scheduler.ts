@@ -85,6 +85,8 @@ export interface SchedulerCarried {
   hostVersions: Array<[string, number]>;
   hostKeys: Array<[string, HostPublicKeys]>;
   suspects?: Array<[string, number]>;
+  /** The last lease each device was seen to end (see `ended`). */
+  ended?: Array<[string, string]>;
   counters: SchedulerCounters;
   runs: number;
 }
@@ -180,6 +182,18 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
    * in either order, and the device applies a release only while it holds that lease.
    */
   const passing = new Map<string, DeviceReleased>();
+  /**
+   * The last lease each device was seen to end: a task's release, or a device's word that it let a
+   * lease go. A device's refusal and its later release are two signals to us that may arrive in
+   * either order; a refusal that names a lease already ended is out of date, and believing it would
+   * leave the device held by a finished task until the hold deadline. Runs recorded before this
+   * change believed every refusal and replay so.
+   */
+  const endedAware = patched('scheduler-ended-leases');
+  const ended = new Map<string, string>(c?.ended ?? []);
+  const noteEnded = (k: string, leaseId: string): void => {
+    if (endedAware) ended.set(k, leaseId);
+  };
 
   // Search attributes survive continue-as-new on the server: only the first run sets them (an
   // upsert is a billed action).
@@ -336,13 +350,16 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   };
 
   setHandler(deviceReleasedSignal, (r) => {
-    freed(deviceKey(r.hostId, r.deviceId), r);
+    const k = deviceKey(r.hostId, r.deviceId);
+    noteEnded(k, r.leaseId);
+    freed(k, r);
   });
 
   // The task's own word that its attempt ended. The device still holds the lease until we pass the
   // release on; a release for a hold we no longer track goes to the device at once (it decides).
   setHandler(taskReleasedSignal, (r) => {
     const k = deviceKey(r.hostId, r.deviceId);
+    noteEnded(k, r.leaseId);
     if (freed(k, r) && !draining) toRelease.set(k, r);
     else passOn(r);
   });
@@ -369,8 +386,9 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     const h = held.get(k);
     if (h?.leaseId !== r.request.leaseId) return;
     counters.refusals++;
-    // Our view was stale: the device is held by someone else. Mark it so, and put the task back in its place.
-    if (r.heldBy) {
+    // Our view was stale: the device is held by someone else. Mark it so (unless that lease has
+    // ended already: the refusal overtook the release), and put the task back in its place.
+    if (r.heldBy && ended.get(k) !== r.heldBy.leaseId) {
       held.set(k, {
         taskId: r.heldBy.taskId,
         leaseId: r.heldBy.leaseId,
@@ -541,6 +559,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
       hostVersions: [...hostVersions.entries()],
       hostKeys: [...hostKeys.entries()],
       suspects: [...suspects.entries()],
+      ...(endedAware ? { ended: [...ended.entries()].filter(([k]) => devices.has(k)) } : {}),
       counters,
       runs,
     },
