@@ -18,10 +18,10 @@ export function temporalCliPath(): string {
  * `history.*ProcessorMaxPollRPS` times a second, 20 by default. Every dispatch waits for the
  * shard's next read, so on one shard each pass costs up to 50 ms, and a task's path from submit to
  * its host makes eight such passes (a signal is two: its delivery, then the receiver's workflow
- * task). Measured on this project's machine with a bare workflow and one activity: start ->
- * activity 42 ms at the default, 18 ms with the reads allowed at 1,000/s (README, "Dev server").
+ * task). `npx tsx bench/probe-dispatch.ts [--server-tuning off]` measures it without the fleet:
+ * a bare workflow start -> its activity 99 ms at p50 with the defaults, 19 ms with these values.
  * A production cluster spreads workflows over hundreds of shards, each with its own 20/s, so there
- * the limit rarely binds; see the README for the same setting on a cluster.
+ * the limit rarely binds; README, "Running on a real Temporal cluster", has the same keys for one.
  */
 export const DEV_SERVER_DYNAMIC_CONFIG: Readonly<Record<string, number>> = {
   'history.transferProcessorMaxPollRPS': 1000,
