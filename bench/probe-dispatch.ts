@@ -9,13 +9,11 @@
  * workflows each signalling the next -> the last one's activity entered (the fleet's task ->
  * scheduler -> device -> task path has three such hops). Prints p50 / p90 in ms. Measures, never asserts.
  */
-import { spawn } from 'node:child_process';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
-import { Client, Connection } from '@temporalio/client';
-import { DefaultLogger, NativeConnection, Runtime, Worker } from '@temporalio/worker';
+import { TestWorkflowEnvironment } from '@temporalio/testing';
+import { DefaultLogger, Runtime, Worker } from '@temporalio/worker';
 import { devServerTuningArgs, temporalCliPath } from '../control-plane/temporal-cli';
-import { freePort } from './lib/util';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.floor(p * (xs.length - 1))].toFixed(1);
@@ -26,34 +24,16 @@ async function main(): Promise<void> {
   const n = Number(values.samples ?? 60);
   const extra = devServerTuningArgs({ FLEET_DEV_SERVER_TUNING: tuning });
   Runtime.install({ logger: new DefaultLogger('ERROR') });
-  const port = await freePort();
-  const args = [
-    'server',
-    'start-dev',
-    '--headless',
-    '--ip',
-    '127.0.0.1',
-    '--port',
-    String(port),
-    '--log-level',
-    'error',
-  ];
-  const server = spawn(temporalCliPath(), [...args, ...extra], { stdio: 'ignore' });
+  // The same way bench/lib/env.ts starts its server, with this run's choice of tuning.
+  const env = await TestWorkflowEnvironment.createLocal({
+    server: {
+      executable: { type: 'existing-path', path: temporalCliPath() },
+      ip: '127.0.0.1',
+      extraArgs: ['--log-level', 'error', ...extra],
+    },
+  });
   try {
-    const address = `127.0.0.1:${port}`;
-    let connection: Connection | undefined;
-    for (let i = 0; !connection; i++) {
-      try {
-        connection = await Connection.connect({ address, connectTimeout: 1_000 });
-        await connection.workflowService.getSystemInfo({});
-      } catch (err) {
-        connection = undefined;
-        if (i > 100) throw err;
-        await sleep(300);
-      }
-    }
-    const client = new Client({ connection });
-    const native = await NativeConnection.connect({ address });
+    const { client, nativeConnection: native } = env;
     let entered = 0;
     const workflows = await Worker.create({
       connection: native,
@@ -118,10 +98,8 @@ async function main(): Promise<void> {
     workflows.shutdown();
     host.shutdown();
     await running;
-    await native.close();
-    await connection.close();
   } finally {
-    server.kill();
+    await env.teardown();
   }
 }
 
