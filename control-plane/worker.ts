@@ -49,13 +49,20 @@ export async function createControlPlaneWorker(opts: ControlPlaneWorkerOptions):
  */
 export async function ensurePools(client: Client, config: ControlPlaneConfig): Promise<void> {
   for (const pool of Object.keys(config.pools)) {
-    const handle = await client.workflow.start<typeof schedulerWorkflow>('schedulerWorkflow', {
-      workflowId: schedulerWorkflowId(pool),
+    const workflowId = schedulerWorkflowId(pool);
+    await client.workflow.start<typeof schedulerWorkflow>('schedulerWorkflow', {
+      workflowId,
       taskQueue: config.controlTaskQueue,
       args: [schedulerInput(config, pool)],
       workflowIdConflictPolicy: 'USE_EXISTING',
       staticSummary: `scheduler of pool ${pool}`,
     });
-    await handle.executeUpdate(configureSchedulerUpdate, { args: [poolConfig(config, pool)] });
+    // Not through the handle start() returns: attached to a running scheduler, that handle takes the
+    // current run for the first of its chain, and once the scheduler has continued-as-new the server
+    // finds no such chain (NOT_FOUND): every control-plane restart after a roll-over failed here.
+    // By workflow id alone the update reaches whichever run is current.
+    await client.workflow.getHandle(workflowId).executeUpdate(configureSchedulerUpdate, {
+      args: [poolConfig(config, pool)],
+    });
   }
 }

@@ -3,6 +3,7 @@
  * carry every queued task and reservation across the boundary.
  */
 import assert from 'node:assert/strict';
+import { ensurePools } from '../control-plane/worker';
 import { deviceWorkflowId, hostWorkflowId, taskWorkflowId } from '../workflows/ids';
 import { deviceStateQuery, hostStateQuery, releaseDeviceSignal } from '../workflows/messages';
 import { eventually, FAST_POLICY, startFleet, type Fleet } from './helpers/fleet';
@@ -128,6 +129,30 @@ describe('durability', () => {
     const s = await f.scheduler();
     assert.ok(s.runsSinceStart >= 2, `the scheduler continued-as-new during the burst (runs ${s.runsSinceStart})`);
     assert.deepEqual(new Set(s.queue.map((q) => q.taskId)), new Set(ids));
+    await Promise.all(ids.map((t) => f!.fleet.cancel(t)));
+  });
+
+  it('The control plane starts again after its scheduler has continued-as-new (ensurePools reaches the current run)', async () => {
+    f = await startFleet('can-restart', { historyLimit: 30 });
+    // Queued tasks no device matches grow the scheduler's history until it rolls over.
+    const ids: string[] = [];
+    await eventually(
+      async () => {
+        const taskId = `restart-${ids.length}-${Date.now()}`;
+        await f!.fleet.submit({ taskId, goal: 'never runs', constraints: { driverType: 'no-such-driver' } });
+        ids.push(taskId);
+        return (await f!.scheduler()).runsSinceStart >= 2 ? true : undefined;
+      },
+      'the scheduler to continue-as-new',
+      60_000,
+      0,
+    );
+    // What a restarted control plane does first: attach to the running scheduler and configure it.
+    await ensurePools(f.client, {
+      ...f.config,
+      pools: { [f.pool]: { ...f.config.pools[f.pool], maxQueueDepth: 777 } },
+    });
+    assert.equal((await f.scheduler()).config.maxQueueDepth, 777);
     await Promise.all(ids.map((t) => f!.fleet.cancel(t)));
   });
 
