@@ -37,3 +37,12 @@ export async function probeRelay(next: string | null): Promise<void> {
     else await touch();
   }
 }
+
+/** Waits for one `go` signal, then completes: one workflow task after the signal, nothing else. */
+export async function probeWait(): Promise<void> {
+  let got = false;
+  setHandler(probeGo, () => {
+    got = true;
+  });
+  await condition(() => got);
+}

@@ -49,6 +49,7 @@ function options(): { opts: BenchOptions; scenarios: string[]; out: string } {
       'mem-tasks': { type: 'string' },
       'snapshot-ms': { type: 'string' },
       'server-tuning': { type: 'string' },
+      'control-plane': { type: 'string' },
       out: { type: 'string' },
     },
   });
@@ -83,6 +84,7 @@ function options(): { opts: BenchOptions; scenarios: string[]; out: string } {
     },
     memTasks: num(values['mem-tasks'], 300, 150),
     snapshotMs: num(values['snapshot-ms'], 10_000, 10_000),
+    controlPlane: controlPlaneMode(values['control-plane']),
   };
   // The dev server's dynamic config (control-plane/temporal-cli.ts): the project's tuning, or the
   // server's own defaults for comparison. Read by startBenchEnv through the environment.
@@ -95,6 +97,12 @@ function options(): { opts: BenchOptions; scenarios: string[]; out: string } {
     .filter(Boolean);
   for (const s of scenarios) if (!SCENARIOS[s]) throw new Error(`unknown scenario ${s}; known: ${Object.keys(SCENARIOS).join(', ')}`);
   return { opts, scenarios, out: values.out ?? join(__dirname, 'results', 'latest.json') };
+}
+
+function controlPlaneMode(v: string | undefined): BenchOptions['controlPlane'] {
+  const mode = v ?? 'in-process';
+  if (mode !== 'in-process' && mode !== 'process') throw new Error(`--control-plane takes in-process or process, not "${mode}"`);
+  return mode;
 }
 
 function busiestProcesses(): string[] {

@@ -23,6 +23,7 @@ import { deviceWorkflowId, hostWorkflowId, schedulerWorkflowId } from '../../wor
 import { schedulerStateQuery, type SchedulerView } from '../../workflows/messages';
 import type { BenchOptions } from '../scenarios/types';
 import type { BenchEnv } from './env';
+import { spawnControlPlaneProcess, stopProc, type Proc } from './procs';
 import { log, mapLimit, uid, waitUntil } from './util';
 
 // ---- poller count of in-process host workers ----
@@ -120,8 +121,12 @@ export interface BenchFleetOptions {
   hostTimeoutMs?: number;
   /** Host snapshot period; product default 10 s. */
   snapshotIntervalMs?: number;
-  /** false: no in-process control-plane worker (a control-plane process serves the queue). */
-  controlPlane?: boolean;
+  /**
+   * Who serves the control queue: 'in-process' (default) a control-plane worker in this process;
+   * 'process' a `control-plane/main.ts` child process, as the product runs it; false: nobody yet
+   * (the scenario spawns its own control-plane process).
+   */
+  controlPlane?: 'in-process' | 'process' | false;
   /** Extra pools (same config) on the same control queue. */
   extraPools?: string[];
 }
@@ -136,6 +141,8 @@ export interface BenchFleet {
   hostIds: string[];
   deviceIdsOf(hostId: string): string[];
   setupMs: number;
+  /** The control-plane child process (controlPlane: 'process'), for CPU accounting. */
+  controlPlanePid?: number;
   /** Enrols and starts one more in-process host (zero-length runner); returns it once started. */
   addHost(
     hostId: string,
@@ -175,8 +182,12 @@ export async function startBenchFleet(be: BenchEnv, opts: BenchFleetOptions): Pr
   const devicesOf = new Map<string, string[]>();
   let worker: Worker | undefined;
   let running: Promise<void> | undefined;
+  let cpProc: Proc | undefined;
 
-  if (opts.controlPlane !== false) {
+  if (opts.controlPlane === 'process') {
+    cpProc = spawnControlPlaneProcess(be.env.address, config);
+    await cpProc.waitForOutput('control plane started', 120_000);
+  } else if (opts.controlPlane !== false) {
     worker = await createControlPlaneWorker({
       connection: be.env.nativeConnection,
       client,
@@ -253,6 +264,7 @@ export async function startBenchFleet(be: BenchEnv, opts: BenchFleetOptions): Pr
     hostIds,
     deviceIdsOf: (h) => devicesOf.get(h) ?? [],
     setupMs,
+    ...(cpProc ? { controlPlanePid: cpProc.pid } : {}),
     addHost,
     enroll,
     scheduler,
@@ -266,6 +278,7 @@ export async function startBenchFleet(be: BenchEnv, opts: BenchFleetOptions): Pr
       hosts.clear();
       if (worker && worker.getState() === 'RUNNING') worker.shutdown();
       await running?.catch(() => undefined);
+      if (cpProc) await stopProc(cpProc, 10_000);
     },
   };
 }
@@ -296,6 +309,7 @@ export async function closeTimes(
 /** The P1-P3 fleet: the run's hosts x devices, snapshots at the run's period, offline after three missed. */
 export function startLoadFleet(be: BenchEnv, name: string, o: BenchOptions): Promise<BenchFleet> {
   return startBenchFleet(be, {
+    controlPlane: o.controlPlane,
     name,
     hosts: o.hosts,
     devicesPerHost: o.devices,

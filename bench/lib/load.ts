@@ -1,7 +1,7 @@
 /** Submitting a burst of zero-length tasks, to the fleet or to the baseline, and timing it end to end. */
 import type { Client } from '@temporalio/client';
 import type { BaselineFleet } from './baseline';
-import type { CpuMark, CpuMeter, CpuUse } from './cpu';
+import { CpuMeter, type CpuMark, type CpuUse } from './cpu';
 import { countRunning, type BenchFleet } from './fleet';
 import { log, mapLimit, round, sleep, waitUntil, withTimeout } from './util';
 
@@ -35,7 +35,7 @@ export interface BurstResult {
   /** Submit calls that threw (e.g. an admission wait past the RPC deadline); the task may still run. */
   submitErrors: number;
   cpu: CpuUse;
-  /** CPU ms of this process + the dev server per completed task. */
+  /** CPU ms of this process + the dev server (+ a control-plane process, when there is one) per completed task. */
   cpuMsPerTask: number;
 }
 
@@ -68,10 +68,11 @@ async function finish(
   }
   const durationMs = last - t0;
   const use = cpu.since(mark);
+  const extraSec = Object.values(use.extra).reduce((a, b) => a + (Number.isFinite(b) ? b : 0), 0);
   return {
     submitErrors,
     cpu: use,
-    cpuMsPerTask: round(((use.benchProcessSec + use.serverSec) * 1000) / Math.max(1, completed), 2),
+    cpuMsPerTask: round(((use.benchProcessSec + use.serverSec + extraSec) * 1000) / Math.max(1, completed), 2),
     tasks: ids.size,
     completed,
     notCompleted: ids.size - completed,
@@ -89,6 +90,9 @@ export async function burstFleet(
   concurrency: number,
   timeoutMs: number,
 ): Promise<BurstResult> {
+  // A control plane in its own process (--control-plane process) is counted with this one.
+  const cpPid = bf.controlPlanePid;
+  if (cpPid !== undefined) cpu = new CpuMeter(cpu.serverPid, () => ({ controlPlane: cpPid }));
   const mark = cpu.mark();
   const t0 = Date.now();
   const progress = setInterval(() => log(`  fleet: ${bf.recorder.starts.size}/${taskIds.length} reached a host`), 30_000);

@@ -55,7 +55,7 @@ export const p1Throughput: Scenario = async (be, o) => {
         met: ratio >= 0.5,
       },
       {
-        metric: 'CPU ms / task (this process + dev server)',
+        metric: `CPU ms / task (this process + dev server${o.controlPlane === 'process' ? '; fleet: + control-plane process' : ''})`,
         fleet: fleet.cpuMsPerTask,
         baseline: baseline.cpuMsPerTask,
         ratio: round(fleet.cpuMsPerTask / baseline.cpuMsPerTask, 2),

@@ -7,7 +7,7 @@ import { startBaseline } from '../lib/baseline';
 import { startLoadFleet } from '../lib/fleet';
 import { closedLoop } from '../lib/load';
 import { eventMs, eventTypeName, fetchRuns } from '../lib/history';
-import type { CpuUse } from '../lib/cpu';
+import { CpuMeter, type CpuUse } from '../lib/cpu';
 import { log, mapLimit, round, sleep, summarize } from '../lib/util';
 import type { Scenario } from './types';
 
@@ -34,6 +34,7 @@ export const p2Latency: Scenario = async (be, o) => {
   }
   log(`P2 fleet: ${n} samples, one at a time, over ${o.hosts} hosts x ${o.devices} devices`);
   const bf = await startLoadFleet(be, 'p2', o);
+  const cpPid = bf.controlPlanePid;
   let f: Awaited<ReturnType<typeof closedLoop>>;
   let idle: CpuUse;
   let breakdown: Record<string, ReturnType<typeof summarize>>;
@@ -46,9 +47,10 @@ export const p2Latency: Scenario = async (be, o) => {
       20_000,
     );
     // The fleet at rest first: what 100 idle hosts (snapshots every 10 s) cost the control plane.
-    const idleMark = be.cpu.mark();
+    const meter = cpPid === undefined ? be.cpu : new CpuMeter(be.cpu.serverPid, () => ({ controlPlane: cpPid }));
+    const idleMark = meter.mark();
     await sleep(IDLE_MS);
-    idle = be.cpu.since(idleMark);
+    idle = meter.since(idleMark);
     f = await closedLoop(
       n,
       gapMs,
@@ -126,8 +128,8 @@ export const p2Latency: Scenario = async (be, o) => {
       { metric: 'submit call returns, p50 / p99 (ms; fleet: admitted)', fleet: `${fsub.p50} / ${fsub.p99}`, baseline: `${bsub.p50} / ${bsub.p99}` },
       { metric: 'samples missing (never started)', fleet: f.missing, baseline: b.missing },
       {
-        metric: `idle fleet before the samples: CPU cores used (this process / dev server)`,
-        fleet: `${round(idle.benchProcessSec / idle.wallSec, 2)} / ${round(idle.serverSec / idle.wallSec, 2)}`,
+        metric: `idle fleet before the samples: CPU cores used (this process / dev server${cpPid === undefined ? '' : ' / control-plane process'})`,
+        fleet: [idle.benchProcessSec, idle.serverSec, ...Object.values(idle.extra)].map((s) => round(s / idle.wallSec, 2)).join(' / '),
       },
       ...Object.entries(breakdown).map(([k, v]) => ({ metric: `  ${k}, p50 / p99 (ms)`, fleet: `${v.p50} / ${v.p99}` })),
     ],

@@ -22,6 +22,8 @@ export interface BenchOptions {
   memTasks: number;
   /** P1-P3: host snapshot interval (product default 10 s). */
   snapshotMs: number;
+  /** P1-P3: who serves the control queue (bench/lib/fleet.ts). */
+  controlPlane: 'in-process' | 'process';
 }
 
 export interface Row {
