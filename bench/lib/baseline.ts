@@ -4,7 +4,12 @@
  * activities (= devices) and the same poller count as the fleet's hosts.
  */
 import { Worker } from '@temporalio/worker';
-import type { BaselineActivities, baselineTaskWorkflow } from '../baseline-workflows';
+import type {
+  BaselineActivities,
+  baselineTaskWorkflow,
+  shapeRelayWorkflow,
+  shapeTaskWorkflow,
+} from '../baseline-workflows';
 import type { BenchEnv } from './env';
 import { currentHostPollers } from './fleet';
 import { mapLimit, uid, waitUntil } from './util';
@@ -16,6 +21,11 @@ export interface BaselineFleet {
   starts: Map<string, number>;
   /** Starts the baseline workflow for a task on host queue `i % hosts`; resolves once started. */
   submit(taskId: string, i: number): Promise<void>;
+  /**
+   * The same, through the fleet's message shape with empty workflows (`shapeTaskWorkflow`: start ->
+   * relay -> relay -> back -> activity); the two relays start with the first call.
+   */
+  submitShape(taskId: string, i: number): Promise<void>;
   workflowId(taskId: string): string;
   waitForCount(n: number, timeoutMs: number): Promise<true>;
   stop(): Promise<void>;
@@ -59,6 +69,18 @@ export async function startBaseline(be: BenchEnv, name: string, hosts: number, s
   );
   const runs = workers.map((w) => w.run());
   const workflowId = (taskId: string) => `base/${suffix}/${taskId}`;
+  const relays = [`base/${suffix}/relay-1`, `base/${suffix}/relay-2`];
+  let relaysStarted: Promise<unknown> | undefined;
+  const startRelays = () =>
+    (relaysStarted ??= Promise.all(
+      relays.map((id, k) =>
+        be.env.client.workflow.start<typeof shapeRelayWorkflow>('shapeRelayWorkflow', {
+          workflowId: id,
+          taskQueue: workflowQueue,
+          args: [relays[k + 1] ?? null],
+        }),
+      ),
+    ));
   return {
     workflowQueue,
     hostQueues,
@@ -71,6 +93,14 @@ export async function startBaseline(be: BenchEnv, name: string, hosts: number, s
         args: [{ taskId, taskQueue: hostQueues[i % hostQueues.length] }],
       });
     },
+    async submitShape(taskId, i) {
+      await startRelays();
+      await be.env.client.workflow.start<typeof shapeTaskWorkflow>('shapeTaskWorkflow', {
+        workflowId: workflowId(taskId),
+        taskQueue: workflowQueue,
+        args: [{ taskId, taskQueue: hostQueues[i % hostQueues.length], relay: relays[0] }],
+      });
+    },
     waitForCount: (n, timeoutMs) =>
       waitUntil(
         () => (starts.size >= n ? true : undefined),
@@ -79,6 +109,12 @@ export async function startBaseline(be: BenchEnv, name: string, hosts: number, s
         20,
       ),
     async stop() {
+      if (relaysStarted) {
+        await relaysStarted.catch(() => undefined);
+        await Promise.all(
+          relays.map((id) => be.env.client.workflow.getHandle(id).terminate('bench done').catch(() => undefined)),
+        );
+      }
       for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();
       await Promise.all(runs.map((r) => r.catch(() => undefined)));
     },

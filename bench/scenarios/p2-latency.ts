@@ -20,6 +20,7 @@ export const p2Latency: Scenario = async (be, o) => {
   log(`P2 baseline: ${n} samples, one at a time`);
   const base = await startBaseline(be, 'p2', o.hosts, o.devices);
   let b: Awaited<ReturnType<typeof closedLoop>>;
+  let shape: Awaited<ReturnType<typeof closedLoop>>;
   try {
     await closedLoop(5, 100, (i) => base.submit(`warm-${i}`, i), (i) => base.starts.get(`warm-${i}`), 20_000);
     b = await closedLoop(
@@ -27,6 +28,17 @@ export const p2Latency: Scenario = async (be, o) => {
       gapMs,
       (i) => base.submit(`p2b-${i}`, i),
       (i) => base.starts.get(`p2b-${i}`),
+      timeoutMs,
+    );
+    // The fleet's message shape (start, three signals between workflows, four workflow tasks in
+    // series) with empty workflows: what that shape alone costs on this server, in the same run.
+    log(`P2 the fleet's shape with empty workflows: ${n} samples, one at a time`);
+    await closedLoop(5, 100, (i) => base.submitShape(`warm-s-${i}`, i), (i) => base.starts.get(`warm-s-${i}`), 20_000);
+    shape = await closedLoop(
+      n,
+      gapMs,
+      (i) => base.submitShape(`p2s-${i}`, i),
+      (i) => base.starts.get(`p2s-${i}`),
       timeoutMs,
     );
   } finally {
@@ -117,6 +129,7 @@ export const p2Latency: Scenario = async (be, o) => {
   const bs = summarize(b.latencies);
   const fsub = summarize(f.submitLatencies);
   const bsub = summarize(b.submitLatencies);
+  const ss = summarize(shape.latencies);
   log(`  fleet p50 ${fs.p50} p99 ${fs.p99} ms; baseline p50 ${bs.p50} p99 ${bs.p99} ms`);
   return {
     id: 'P2',
@@ -125,6 +138,14 @@ export const p2Latency: Scenario = async (be, o) => {
       { metric: 'p50 (ms)', fleet: fs.p50, baseline: bs.p50, ratio: round(fs.p50 / bs.p50, 2), target: '<= 50 ms', met: fs.p50 <= 50 },
       { metric: 'p99 (ms)', fleet: fs.p99, baseline: bs.p99, ratio: round(fs.p99 / bs.p99, 2), target: '<= 250 ms', met: fs.p99 <= 250 },
       { metric: 'p90 / max (ms)', fleet: `${fs.p90} / ${fs.max}`, baseline: `${bs.p90} / ${bs.max}` },
+      {
+        metric:
+          "p50 / p99 (ms), baseline column: the fleet's shape with empty workflows (start, 3 signals, 4 workflow tasks in series)",
+        fleet: `${fs.p50} / ${fs.p99}`,
+        baseline: `${ss.p50} / ${ss.p99}`,
+        ratio: round(fs.p50 / ss.p50, 2),
+      },
+      { metric: '  shape samples missing (never started)', fleet: '', baseline: shape.missing },
       { metric: 'submit call returns, p50 / p99 (ms; fleet: admitted)', fleet: `${fsub.p50} / ${fsub.p99}`, baseline: `${bsub.p50} / ${bsub.p99}` },
       { metric: 'samples missing (never started)', fleet: f.missing, baseline: b.missing },
       {
@@ -136,7 +157,8 @@ export const p2Latency: Scenario = async (be, o) => {
     notes: [
       `${n} samples, closed loop (one task at a time, ${gapMs} ms apart) after 5 warm-up tasks; latency measured in-process (performance.now)`,
       'breakdown rows: server timestamps from each sample task\'s history',
+      "shape row: bench/baseline-workflows.ts shapeTaskWorkflow on the baseline's workers; its ratio = fleet p50 / shape p50",
     ],
-    details: { fleet: fs, baseline: bs, fleetSubmit: fsub, baselineSubmit: bsub, breakdown, idleFleetCpu: idle, pool: bf.pool },
+    details: { fleet: fs, baseline: bs, shape: ss, fleetSubmit: fsub, baselineSubmit: bsub, breakdown, idleFleetCpu: idle, pool: bf.pool },
   };
 };
