@@ -5,6 +5,7 @@
  */
 import {
   condition,
+  continueAsNew,
   defineSignal,
   getExternalWorkflowHandle,
   proxyActivities,
@@ -53,28 +54,41 @@ export async function baselineLeaseWorkflow(input: BaselineLeaseInput): Promise<
   await hold({ taskId: input.taskId, durationMs: input.durationMs, beatMs: Math.floor(input.heartbeatTimeoutMs / 3) });
 }
 
-// ---- the fleet's message shape with nothing of the fleet in it (P2's second reference) ----
+// ---- the fleet's message shape with nothing of the fleet in it (P1's and P2's second reference) ----
 
-/** To a relay: pass this task workflow id on. To the task: go, run the activity. */
-export const shapeHopSignal = defineSignal<[string]>('shapeHop');
+/** A task on its way: its workflow id and the device relay it goes through. */
+export interface ShapeHop {
+  task: string;
+  device: string;
+}
+
+/** To a relay: pass this hop on. */
+export const shapeHopSignal = defineSignal<[ShapeHop]>('shapeHop');
+/** To the task: go, run the activity. */
 export const shapeGoSignal = defineSignal('shapeGo');
+/** To the scheduler relay when the task's activity is over (the fleet's taskReleased). */
+export const shapeReleasedSignal = defineSignal<[string]>('shapeReleased');
 
 export interface ShapeInput extends BaselineInput {
-  /** The first relay (the scheduler's place); it passes the id to the second (the device's). */
-  relay: string;
+  /** The scheduler's place: one relay workflow per run. */
+  scheduler: string;
+  /** The device's place: the relay workflow the scheduler relay passes this task to. */
+  device: string;
 }
 
 /**
- * The fleet's dispatch path with empty workflows: start -> signal relay 1 -> relay 1 signals relay 2
- * -> relay 2 signals back -> the activity. Four workflow tasks in series and three signals between
- * workflows, as task -> scheduler -> device -> task -> host.
+ * The fleet's task path with empty workflows: start -> signal the scheduler relay -> it signals a
+ * device relay -> that signals the task -> the activity -> a release signal to the scheduler relay.
+ * Four workflow tasks in series before the activity and three signals between workflows, as task
+ * -> scheduler -> device -> task -> host, then the release the fleet's task sends its pool.
  */
 export async function shapeTaskWorkflow(input: ShapeInput): Promise<void> {
   let go = false;
   setHandler(shapeGoSignal, () => {
     go = true;
   });
-  await getExternalWorkflowHandle(input.relay).signal(shapeHopSignal, workflowInfo().workflowId);
+  const scheduler = getExternalWorkflowHandle(input.scheduler);
+  await scheduler.signal(shapeHopSignal, { task: workflowInfo().workflowId, device: input.device });
   await condition(() => go);
   const { run } = proxyActivities<BaselineActivities>({
     taskQueue: input.taskQueue,
@@ -82,18 +96,40 @@ export async function shapeTaskWorkflow(input: ShapeInput): Promise<void> {
     retry: { maximumAttempts: 1 },
   });
   await run(input.taskId);
+  await scheduler.signal(shapeReleasedSignal, input.taskId);
 }
 
-/** Long-lived (terminated when the scenario ends): each id it is sent goes to `next`, or, when last, back to that task as go. */
-export async function shapeRelayWorkflow(next: string | null): Promise<void> {
-  const pending: string[] = [];
-  setHandler(shapeHopSignal, (id) => {
-    pending.push(id);
+/** Continue-as-new point of the scheduler relay: the fleet's schedulers roll over at 1,500 events. */
+const SHAPE_ROLL_EVENTS = 1_500;
+
+/**
+ * The scheduler's place: every workflow task passes on all hops that arrived, each to its device
+ * relay (the fleet's scheduler batches its reserve signals the same way). Long-lived: it rolls
+ * over like the fleet's scheduler and is terminated when the scenario ends.
+ */
+export async function shapeSchedulerWorkflow(carried: ShapeHop[] = []): Promise<void> {
+  const pending = [...carried];
+  setHandler(shapeHopSignal, (h) => {
+    pending.push(h);
+  });
+  setHandler(shapeReleasedSignal, () => undefined);
+  for (;;) {
+    await condition(() => pending.length > 0);
+    const batch = pending.splice(0);
+    await Promise.all(batch.map((h) => getExternalWorkflowHandle(h.device).signal(shapeHopSignal, h)));
+    if (workflowInfo().historyLength >= SHAPE_ROLL_EVENTS) await continueAsNew<typeof shapeSchedulerWorkflow>(pending);
+  }
+}
+
+/** The device's place: passes each hop back to its task as go. Terminated when the scenario ends. */
+export async function shapeDeviceWorkflow(): Promise<void> {
+  const pending: ShapeHop[] = [];
+  setHandler(shapeHopSignal, (h) => {
+    pending.push(h);
   });
   for (;;) {
     await condition(() => pending.length > 0);
-    const id = pending.shift()!;
-    if (next) await getExternalWorkflowHandle(next).signal(shapeHopSignal, id);
-    else await getExternalWorkflowHandle(id).signal(shapeGoSignal);
+    const batch = pending.splice(0);
+    await Promise.all(batch.map((h) => getExternalWorkflowHandle(h.task).signal(shapeGoSignal)));
   }
 }

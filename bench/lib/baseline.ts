@@ -7,7 +7,6 @@ import { Worker } from '@temporalio/worker';
 import type {
   BaselineActivities,
   baselineTaskWorkflow,
-  shapeRelayWorkflow,
   shapeTaskWorkflow,
 } from '../baseline-workflows';
 import type { BenchEnv } from './env';
@@ -22,9 +21,11 @@ export interface BaselineFleet {
   /** Starts the baseline workflow for a task on host queue `i % hosts`; resolves once started. */
   submit(taskId: string, i: number): Promise<void>;
   /**
-   * The same, through the fleet's message shape with empty workflows (`shapeTaskWorkflow`: start ->
-   * relay -> relay -> back -> activity); the two relays start with the first call.
+   * Starts the relays of the fleet's message shape with empty workflows: one in the scheduler's
+   * place and `devices` in the devices' places (bench/baseline-workflows.ts).
    */
+  startShape(devices: number): Promise<void>;
+  /** The baseline task through that shape (`shapeTaskWorkflow`), via device relay `i % devices`. */
   submitShape(taskId: string, i: number): Promise<void>;
   workflowId(taskId: string): string;
   waitForCount(n: number, timeoutMs: number): Promise<true>;
@@ -69,18 +70,8 @@ export async function startBaseline(be: BenchEnv, name: string, hosts: number, s
   );
   const runs = workers.map((w) => w.run());
   const workflowId = (taskId: string) => `base/${suffix}/${taskId}`;
-  const relays = [`base/${suffix}/relay-1`, `base/${suffix}/relay-2`];
-  let relaysStarted: Promise<unknown> | undefined;
-  const startRelays = () =>
-    (relaysStarted ??= Promise.all(
-      relays.map((id, k) =>
-        be.env.client.workflow.start<typeof shapeRelayWorkflow>('shapeRelayWorkflow', {
-          workflowId: id,
-          taskQueue: workflowQueue,
-          args: [relays[k + 1] ?? null],
-        }),
-      ),
-    ));
+  const shapeScheduler = `base/${suffix}/shape-scheduler`;
+  const shapeDevices: string[] = [];
   return {
     workflowQueue,
     hostQueues,
@@ -93,12 +84,26 @@ export async function startBaseline(be: BenchEnv, name: string, hosts: number, s
         args: [{ taskId, taskQueue: hostQueues[i % hostQueues.length] }],
       });
     },
+    async startShape(devices) {
+      // shapeSchedulerWorkflow and shapeDeviceWorkflow, both without arguments.
+      const start = (workflowId: string, workflowType: string) =>
+        be.env.client.workflow.start(workflowType, { workflowId, taskQueue: workflowQueue, args: [] });
+      await start(shapeScheduler, 'shapeSchedulerWorkflow');
+      shapeDevices.push(...Array.from({ length: devices }, (_, k) => `base/${suffix}/shape-device-${k}`));
+      await mapLimit(shapeDevices, 10, (id) => start(id, 'shapeDeviceWorkflow'));
+    },
     async submitShape(taskId, i) {
-      await startRelays();
       await be.env.client.workflow.start<typeof shapeTaskWorkflow>('shapeTaskWorkflow', {
         workflowId: workflowId(taskId),
         taskQueue: workflowQueue,
-        args: [{ taskId, taskQueue: hostQueues[i % hostQueues.length], relay: relays[0] }],
+        args: [
+          {
+            taskId,
+            taskQueue: hostQueues[i % hostQueues.length],
+            scheduler: shapeScheduler,
+            device: shapeDevices[i % shapeDevices.length],
+          },
+        ],
       });
     },
     waitForCount: (n, timeoutMs) =>
@@ -109,10 +114,10 @@ export async function startBaseline(be: BenchEnv, name: string, hosts: number, s
         20,
       ),
     async stop() {
-      if (relaysStarted) {
-        await relaysStarted.catch(() => undefined);
-        await Promise.all(
-          relays.map((id) => be.env.client.workflow.getHandle(id).terminate('bench done').catch(() => undefined)),
+      // The relays never end on their own.
+      if (shapeDevices.length > 0) {
+        await mapLimit([shapeScheduler, ...shapeDevices], 10, (id) =>
+          be.env.client.workflow.getHandle(id).terminate('bench done').catch(() => undefined),
         );
       }
       for (const w of workers) if (w.getState() === 'RUNNING') w.shutdown();

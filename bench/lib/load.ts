@@ -106,6 +106,7 @@ export async function burstFleet(
   return finish(cpu, mark, bf.client, bf.config.controlTaskQueue, 'taskWorkflow', ids, t0, submitMs, errors, timeoutMs);
 }
 
+/** A burst of baseline tasks; `shape`: through the fleet's message shape (BaselineFleet.submitShape). */
 export async function burstBaseline(
   cpu: CpuMeter,
   client: Client,
@@ -113,15 +114,21 @@ export async function burstBaseline(
   taskIds: string[],
   concurrency: number,
   timeoutMs: number,
+  shape = false,
 ): Promise<BurstResult> {
+  const before = base.starts.size; // an earlier burst on the same workers
   const mark = cpu.mark();
   const t0 = Date.now();
-  const errors = await tolerant(taskIds, concurrency, (taskId, i) => base.submit(taskId, i));
+  const errors = await tolerant(taskIds, concurrency, (taskId, i) =>
+    shape ? base.submitShape(taskId, i) : base.submit(taskId, i),
+  );
   const submitMs = Date.now() - t0;
-  log(`  baseline: ${taskIds.length} started in ${submitMs} ms`);
-  await base.waitForCount(taskIds.length, timeoutMs).catch((err: unknown) => log(`  ${String(err)}`));
+  const label = shape ? 'shape' : 'baseline';
+  log(`  ${label}: ${taskIds.length} started in ${submitMs} ms`);
+  await base.waitForCount(before + taskIds.length, timeoutMs).catch((err: unknown) => log(`  ${String(err)}`));
   const ids = new Set(taskIds.map((t) => base.workflowId(t)));
-  return finish(cpu, mark, client, base.workflowQueue, 'baselineTaskWorkflow', ids, t0, submitMs, errors, timeoutMs);
+  const type = shape ? 'shapeTaskWorkflow' : 'baselineTaskWorkflow';
+  return finish(cpu, mark, client, base.workflowQueue, type, ids, t0, submitMs, errors, timeoutMs);
 }
 
 /**

@@ -22,12 +22,19 @@ export const p1Throughput: Scenario = async (be, o) => {
   log(`P1 baseline: ${o.tasks} workflows over ${o.hosts} host queues x ${o.devices} slots`);
   const base = await startBaseline(be, 'p1', o.hosts, o.devices);
   let baseline;
+  let shape;
   try {
     baseline = await burstBaseline(be.cpu, be.env.client, base, ids('p1b'), o.concurrency, timeoutMs);
+    log(`  baseline: ${baseline.tasksPerSecond} tasks/s (${baseline.durationMs} ms)`);
+    // The fleet's message shape with empty workflows on the same workers: one scheduler relay and a
+    // relay per device. What the shape alone allows on this server, in the same run.
+    log(`P1 the fleet's shape with empty workflows: ${o.tasks} tasks, ${o.hosts * o.devices} device relays`);
+    await base.startShape(o.hosts * o.devices);
+    shape = await burstBaseline(be.cpu, be.env.client, base, ids('p1s'), o.concurrency, timeoutMs, true);
+    log(`  shape: ${shape.tasksPerSecond} tasks/s (${shape.durationMs} ms)`);
   } finally {
     await base.stop();
   }
-  log(`  baseline: ${baseline.tasksPerSecond} tasks/s (${baseline.durationMs} ms)`);
 
   log(`P1 fleet: ${o.tasks} tasks over ${o.hosts} hosts x ${o.devices} devices`);
   const bf = await startLoadFleet(be, 'p1', o);
@@ -53,6 +60,17 @@ export const p1Throughput: Scenario = async (be, o) => {
         ratio,
         target: '>= 0.5x baseline',
         met: ratio >= 0.5,
+      },
+      {
+        metric: "end-to-end tasks/s, baseline column: the fleet's shape with empty workflows (start, 3 signals between workflows, a release signal)",
+        fleet: fleet.tasksPerSecond,
+        baseline: shape.tasksPerSecond,
+        ratio: round(fleet.tasksPerSecond / shape.tasksPerSecond, 2),
+      },
+      {
+        metric: "  the shape against the bare baseline: tasks/s ratio / CPU ms per task / tasks not completed",
+        fleet: '',
+        baseline: `${round(shape.tasksPerSecond / baseline.tasksPerSecond, 2)} / ${shape.cpuMsPerTask} / ${shape.notCompleted}`,
       },
       {
         metric: `CPU ms / task (this process + dev server${o.controlPlane === 'process' ? '; fleet: + control-plane process' : ''})`,
@@ -98,7 +116,7 @@ export const p1Throughput: Scenario = async (be, o) => {
       },
     ],
     notes: [`submit concurrency ${o.concurrency}; end = last workflow close time (visibility)`],
-    details: { fleet, baseline, setupMs: bf.setupMs, pool: bf.pool, scheduler: sched },
+    details: { fleet, baseline, shape, setupMs: bf.setupMs, pool: bf.pool, scheduler: sched },
   };
 };
 

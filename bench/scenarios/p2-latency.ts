@@ -33,6 +33,7 @@ export const p2Latency: Scenario = async (be, o) => {
     // The fleet's message shape (start, three signals between workflows, four workflow tasks in
     // series) with empty workflows: what that shape alone costs on this server, in the same run.
     log(`P2 the fleet's shape with empty workflows: ${n} samples, one at a time`);
+    await base.startShape(o.devices);
     await closedLoop(5, 100, (i) => base.submitShape(`warm-s-${i}`, i), (i) => base.starts.get(`warm-s-${i}`), 20_000);
     shape = await closedLoop(
       n,
