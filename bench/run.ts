@@ -43,6 +43,7 @@ function options(): { opts: BenchOptions; scenarios: string[]; out: string } {
       samples: { type: 'string' },
       'p3-tasks': { type: 'string' },
       queue: { type: 'string' },
+      'p5-cache': { type: 'string' },
       cycles: { type: 'string' },
       'fill-budget-s': { type: 'string' },
       'lease-ms': { type: 'string' },
@@ -71,6 +72,7 @@ function options(): { opts: BenchOptions; scenarios: string[]; out: string } {
     latencySamples: num(values.samples, 150, 60),
     p3Tasks: num(values['p3-tasks'], 300, 100),
     p5Queue: num(values.queue, 10_000, 1_000),
+    p5Cache: values['p5-cache'] === undefined ? undefined : num(values['p5-cache'], 0, 0),
     p5Cycles: num(values.cycles, 30, 15),
     // 10,000 admissions at the ~15/s this machine manages take about 11 minutes.
     p5FillBudgetMs: num(values['fill-budget-s'], 900, 240) * 1000,

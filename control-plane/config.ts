@@ -56,6 +56,13 @@ export const ControlPlaneConfigSchema = z.object({
   hostTimeoutMs: z.number().int().positive().default(30_000),
   /** History length at which long-lived workflows continue-as-new (undefined: the server's suggestion, or 4,000). */
   historyLimit: z.number().int().min(20).optional(),
+  /**
+   * Workflows the control-plane worker keeps in memory (TS SDK `maxCachedWorkflows`; default the
+   * SDK's, about 600 per GiB of heap). Queued tasks are most of them and replay cheaply when pushed
+   * out; devices, hosts and schedulers replay long histories. Size it to the long-lived workflows
+   * (about 2 x devices + hosts + 100), not to the queue (README, "Configuration"; BENCHMARKS.md, P5).
+   */
+  maxCachedWorkflows: z.number().int().positive().optional(),
   /** Holds nobody released (a task terminated while holding a device) are swept this often... */
   holdSweepMs: z.number().int().positive().optional(),
   /** ...once this long past their deadline. Both default to 60 s. */

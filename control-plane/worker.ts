@@ -39,6 +39,7 @@ export async function createControlPlaneWorker(opts: ControlPlaneWorkerOptions):
     activities: createControlPlaneActivities({ client: opts.client, config: opts.config }),
     // Seals what the task workflow sends to a host to that host's key (see sealing.ts).
     dataConverter: { payloadCodecs: [createSealingCodec()] },
+    ...(opts.config.maxCachedWorkflows ? { maxCachedWorkflows: opts.config.maxCachedWorkflows } : {}),
     ...(opts.identity ? { identity: opts.identity } : {}),
   });
 }

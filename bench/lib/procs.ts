@@ -33,8 +33,12 @@ export function spawnHostProcess(address: string, config: Partial<HostConfig> & 
   return spawnEntry(address, join('host-worker', 'main.ts'), ['--config', writeTempJson('host', config)], {});
 }
 
-export function spawnControlPlaneProcess(address: string, config: unknown): Proc {
-  return spawnEntry(address, join('control-plane', 'main.ts'), [], { FLEET_CONFIG: writeTempJson('control', config) });
+/** `sdkMetrics`: where its SDK Prometheus endpoint listens (default: off, so runs never collide on a port). */
+export function spawnControlPlaneProcess(address: string, config: unknown, sdkMetrics = 'off'): Proc {
+  return spawnEntry(address, join('control-plane', 'main.ts'), [], {
+    FLEET_CONFIG: writeTempJson('control', config),
+    FLEET_SDK_METRICS_ADDRESS: sdkMetrics,
+  });
 }
 
 export function spawnBaselineWorker(address: string, taskQueue: string, slots: number, name: string): Proc {

@@ -17,7 +17,18 @@ import { startBenchFleet, type BenchFleet } from '../lib/fleet';
 import { eventTypeName, fetchRuns, workflowTaskTimings } from '../lib/history';
 import { SUBMIT_TIMEOUT_MS } from '../lib/load';
 import { spawnControlPlaneProcess, stopProc } from '../lib/procs';
-import { log, mapLimit, round, rssMiB, summarize, TimeoutError, waitUntil, withTimeout, type Summary } from '../lib/util';
+import {
+  freePort,
+  log,
+  mapLimit,
+  round,
+  rssMiB,
+  summarize,
+  TimeoutError,
+  waitUntil,
+  withTimeout,
+  type Summary,
+} from '../lib/util';
 import type { Scenario } from './types';
 
 // ---- (1) the strategy alone ----
@@ -84,6 +95,8 @@ interface QueuePhase {
   schedulerRuns: number;
   queueAfter: number;
   controlPlaneRssMiB?: number;
+  /** Over the cycles (device added -> last start): the control plane's workflow-cache hits and misses. */
+  stickyCache?: { hits: number; misses: number; size: number };
   /** Size of the schedulerState query answer at the filled queue (the whole queue is in it). */
   queryBytes: number;
   /** Largest continue-as-new input of the scheduler so far, and the queue it carried. */
@@ -118,6 +131,7 @@ async function queuePhase(
   concurrency: number,
   budgetMs: number,
   cpPid: number,
+  metricsAddress: string,
 ): Promise<QueuePhase> {
   const driverType = 'p5match';
   const t0 = Date.now();
@@ -152,6 +166,7 @@ async function queuePhase(
   log(`  ${pool}: ${queued} queued in ${fillMs} ms; control-plane RSS ${rss} MiB`);
 
   const hostId = `m-${pool}`;
+  const cacheBefore = await stickyCache(metricsAddress);
   const tAdd = performance.now();
   await bf.addHost(hostId, ['d0'], { pool, driverType });
   const mine = () => bf.recorder.all.filter((r) => r.hostId === hostId);
@@ -159,6 +174,7 @@ async function queuePhase(
     (err: unknown) => log(`  ${String(err)}`),
   );
   await bf.stopHost(hostId);
+  const cacheAfter = await stickyCache(metricsAddress);
   const starts = mine();
   const gaps = starts.slice(1).map((s, i) => s.at - starts[i].at);
   const from = starts[0]?.epoch ?? 0;
@@ -205,7 +221,29 @@ async function queuePhase(
     schedulerRuns: runs.length,
     queueAfter: after.queue.length,
     controlPlaneRssMiB: rss,
+    stickyCache:
+      cacheBefore && cacheAfter
+        ? { hits: cacheAfter.hits - cacheBefore.hits, misses: cacheAfter.misses - cacheBefore.misses, size: cacheAfter.size }
+        : undefined,
   };
+}
+
+/**
+ * The control plane's workflow cache, from its SDK metrics: workflow tasks that found their
+ * workflow in memory (hits) or had to replay its history (misses), and how many it holds.
+ */
+async function stickyCache(address: string): Promise<{ hits: number; misses: number; size: number } | undefined> {
+  try {
+    const text = await (await fetch(`http://${address}/metrics`)).text();
+    const sum = (name: string) =>
+      text
+        .split('\n')
+        .filter((l) => l.startsWith(`temporal_${name}`) && !l.startsWith('#'))
+        .reduce((a, l) => a + Number(l.trim().split(/\s+/).pop()), 0);
+    return { hits: sum('sticky_cache_hit'), misses: sum('sticky_cache_miss'), size: sum('sticky_cache_size') };
+  } catch {
+    return undefined;
+  }
 }
 
 export const p5Scale: Scenario = async (be, o) => {
@@ -234,7 +272,9 @@ export const p5Scale: Scenario = async (be, o) => {
 
   // ---- fleet, control plane as a process ----
   const bf = await startBenchFleet(be, { name: 'p5', hosts: 0, devicesPerHost: 0, controlPlane: false, extraPools: ['large'] });
-  const cp = spawnControlPlaneProcess(be.env.address, bf.config);
+  const metricsAddress = `127.0.0.1:${await freePort()}`;
+  const cpConfig = o.p5Cache === undefined ? bf.config : { ...bf.config, maxCachedWorkflows: o.p5Cache };
+  const cp = spawnControlPlaneProcess(be.env.address, cpConfig, metricsAddress);
   const cpu = new CpuMeter(be.cpu.serverPid, () => ({ controlPlane: cp.pid }));
   const phases: QueuePhase[] = [];
   let idleRss: number | undefined;
@@ -245,8 +285,8 @@ export const p5Scale: Scenario = async (be, o) => {
     const mark = cpu.mark();
     const budgetMs = o.p5FillBudgetMs;
     const [small, large] = bf.pools;
-    phases.push(await queuePhase(bf, small, 100, o.p5Cycles, o.concurrency, budgetMs, cp.pid));
-    phases.push(await queuePhase(bf, large, big, o.p5Cycles, o.concurrency, budgetMs, cp.pid));
+    phases.push(await queuePhase(bf, small, 100, o.p5Cycles, o.concurrency, budgetMs, cp.pid, metricsAddress));
+    phases.push(await queuePhase(bf, large, big, o.p5Cycles, o.concurrency, budgetMs, cp.pid, metricsAddress));
     cpuUse = cpu.since(mark);
   } finally {
     await bf.stop();
@@ -272,6 +312,14 @@ export const p5Scale: Scenario = async (be, o) => {
         met: cycleRatio <= 1.5,
       },
       { metric: `decision cycle p90 (ms): 100 -> ${n}`, fleet: `${s.cycles.p90} -> ${l.cycles.p90}`, baseline: baseCycles.p90 },
+      {
+        metric: `control plane's workflow cache over the cycles: misses (replays) / hits: 100 -> ${n} (cache limit: ${o.p5Cache ?? "the SDK's default"})`,
+        fleet: `${s.stickyCache ? `${s.stickyCache.misses} / ${s.stickyCache.hits}` : 'n/a'} -> ${l.stickyCache ? `${l.stickyCache.misses} / ${l.stickyCache.hits}` : 'n/a'}`,
+      },
+      {
+        metric: `control plane's workflow cache: workflows held after the cycles, 100 -> ${n}`,
+        fleet: `${s.stickyCache?.size ?? 'n/a'} -> ${l.stickyCache?.size ?? 'n/a'}`,
+      },
       {
         metric: `scheduler workflow task, p50 (ms): 100 -> ${n}`,
         fleet: `${s.schedulerWftWorkMs.p50} -> ${l.schedulerWftWorkMs.p50}`,

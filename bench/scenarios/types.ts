@@ -14,6 +14,8 @@ export interface BenchOptions {
   p3Tasks: number;
   /** P5: the large queue (the small one is 100). */
   p5Queue: number;
+  /** P5: the control plane's maxCachedWorkflows (undefined: the SDK's default). */
+  p5Cache?: number;
   p5Cycles: number;
   /** P5: how long filling one pool's queue may take before the scenario goes on with what it has. */
   p5FillBudgetMs: number;
