@@ -7,7 +7,8 @@
  *   npm run bench -- --scenario P1,P2 --tasks 5000
  *   flags: --scenario P1,P2,P3,P4,P5,MEM  --tasks N  --hosts H  --devices D  --pollers N|default  --fill-budget-s S
  *          --concurrency C  --samples N  --p3-tasks N  --queue N  --cycles N
- *          --lease-ms MS  --mem-tasks N  --snapshot-ms MS  --server-tuning on|off  --out PATH
+ *          --lease-ms MS  --mem-tasks N  --snapshot-ms MS  --server-tuning on|off
+ *          --control-plane in-process|process  --p5-cache N  --out PATH
  */
 import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';

@@ -22,6 +22,7 @@ import { simDevices } from '../../host-worker/sim';
 import { deviceWorkflowId, hostWorkflowId, schedulerWorkflowId } from '../../workflows/ids';
 import { schedulerStateQuery, type SchedulerView } from '../../workflows/messages';
 import type { BenchOptions } from '../scenarios/types';
+import { CpuMeter } from './cpu';
 import type { BenchEnv } from './env';
 import { spawnControlPlaneProcess, stopProc, type Proc } from './procs';
 import { log, mapLimit, uid, waitUntil } from './util';
@@ -281,6 +282,12 @@ export async function startBenchFleet(be: BenchEnv, opts: BenchFleetOptions): Pr
       if (cpProc) await stopProc(cpProc, 10_000);
     },
   };
+}
+
+/** `cpu`, plus the fleet's control-plane process when it has one (controlPlane: 'process'). */
+export function fleetCpuMeter(cpu: CpuMeter, bf: BenchFleet): CpuMeter {
+  const pid = bf.controlPlanePid;
+  return pid === undefined ? cpu : new CpuMeter(cpu.serverPid, () => ({ controlPlane: pid }));
 }
 
 /** Workflows still running on a control queue, by workflow type (visibility count). */

@@ -1,8 +1,8 @@
 /** Submitting a burst of zero-length tasks, to the fleet or to the baseline, and timing it end to end. */
 import type { Client } from '@temporalio/client';
 import type { BaselineFleet } from './baseline';
-import { CpuMeter, type CpuMark, type CpuUse } from './cpu';
-import { countRunning, type BenchFleet } from './fleet';
+import type { CpuMark, CpuMeter, CpuUse } from './cpu';
+import { countRunning, fleetCpuMeter, type BenchFleet } from './fleet';
 import { log, mapLimit, round, sleep, waitUntil, withTimeout } from './util';
 
 /** No submit call may block a scenario for longer than this. */
@@ -90,9 +90,7 @@ export async function burstFleet(
   concurrency: number,
   timeoutMs: number,
 ): Promise<BurstResult> {
-  // A control plane in its own process (--control-plane process) is counted with this one.
-  const cpPid = bf.controlPlanePid;
-  if (cpPid !== undefined) cpu = new CpuMeter(cpu.serverPid, () => ({ controlPlane: cpPid }));
+  cpu = fleetCpuMeter(cpu, bf); // a control plane in its own process counts with this one
   const mark = cpu.mark();
   const t0 = Date.now();
   const progress = setInterval(() => log(`  fleet: ${bf.recorder.starts.size}/${taskIds.length} reached a host`), 30_000);

@@ -4,10 +4,10 @@
  * Also: what the idle fleet costs before the samples, and a per-hop breakdown from the histories.
  */
 import { startBaseline } from '../lib/baseline';
-import { startLoadFleet } from '../lib/fleet';
+import { fleetCpuMeter, startLoadFleet } from '../lib/fleet';
 import { closedLoop } from '../lib/load';
 import { eventMs, eventTypeName, fetchRuns } from '../lib/history';
-import { CpuMeter, type CpuUse } from '../lib/cpu';
+import type { CpuUse } from '../lib/cpu';
 import { log, mapLimit, round, sleep, summarize } from '../lib/util';
 import type { Scenario } from './types';
 
@@ -21,27 +21,25 @@ export const p2Latency: Scenario = async (be, o) => {
   const base = await startBaseline(be, 'p2', o.hosts, o.devices);
   let b: Awaited<ReturnType<typeof closedLoop>>;
   let shape: Awaited<ReturnType<typeof closedLoop>>;
-  try {
-    await closedLoop(5, 100, (i) => base.submit(`warm-${i}`, i), (i) => base.starts.get(`warm-${i}`), 20_000);
-    b = await closedLoop(
-      n,
-      gapMs,
-      (i) => base.submit(`p2b-${i}`, i),
-      (i) => base.starts.get(`p2b-${i}`),
-      timeoutMs,
+  // Five warm-up tasks, then the samples, one at a time.
+  const samples = (submit: (taskId: string, i: number) => Promise<void>, prefix: string) =>
+    closedLoop(5, 100, (i) => submit(`warm-${prefix}-${i}`, i), (i) => base.starts.get(`warm-${prefix}-${i}`), 20_000).then(
+      () =>
+        closedLoop(
+          n,
+          gapMs,
+          (i) => submit(`${prefix}-${i}`, i),
+          (i) => base.starts.get(`${prefix}-${i}`),
+          timeoutMs,
+        ),
     );
+  try {
+    b = await samples(base.submit, 'p2b');
     // The fleet's message shape (start, three signals between workflows, four workflow tasks in
     // series) with empty workflows: what that shape alone costs on this server, in the same run.
     log(`P2 the fleet's shape with empty workflows: ${n} samples, one at a time`);
     await base.startShape(o.devices);
-    await closedLoop(5, 100, (i) => base.submitShape(`warm-s-${i}`, i), (i) => base.starts.get(`warm-s-${i}`), 20_000);
-    shape = await closedLoop(
-      n,
-      gapMs,
-      (i) => base.submitShape(`p2s-${i}`, i),
-      (i) => base.starts.get(`p2s-${i}`),
-      timeoutMs,
-    );
+    shape = await samples(base.submitShape, 'p2s');
   } finally {
     await base.stop();
   }
@@ -60,7 +58,7 @@ export const p2Latency: Scenario = async (be, o) => {
       20_000,
     );
     // The fleet at rest first: what 100 idle hosts (snapshots every 10 s) cost the control plane.
-    const meter = cpPid === undefined ? be.cpu : new CpuMeter(be.cpu.serverPid, () => ({ controlPlane: cpPid }));
+    const meter = fleetCpuMeter(be.cpu, bf);
     const idleMark = meter.mark();
     await sleep(IDLE_MS);
     idle = meter.since(idleMark);
