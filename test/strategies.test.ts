@@ -68,6 +68,52 @@ describe('assignment strategies (pure)', () => {
     assert.equal(s.assign([old, arriving], [dev('d1')], { now: 600_000, agingMs: 60_000 })[0].task.taskId, 'old-low');
   });
 
+  it('both strategies give exactly what a plain walk over every free device gives, shared constraints or not', () => {
+    // The strategies skip a task whose constraints object already matched no free device in the
+    // round; this checks that shortcut against the plain walk on random queues and fleets.
+    let seed = 7; // mulberry32: a fixed seed, so a failure repeats
+    const rnd = (n: number) => {
+      seed = (seed + 0x6d2b79f5) | 0;
+      let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+      t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+      return (((t ^ (t >>> 14)) >>> 0) % n);
+    };
+    const kinds = ['adb', 'sim', 'ios'];
+    const tagSets = [[], ['gpu'], ['gpu', 'camera'], ['camera']];
+    const plain = (ordered: QueuedTask[], free: PoolDevice[]) => {
+      const left = [...free];
+      const out: Array<[string, string]> = [];
+      for (const t of ordered) {
+        const i = left.findIndex((d) => matches(t.constraints, d));
+        if (i >= 0) out.push([t.taskId, left.splice(i, 1)[0].deviceId]);
+      }
+      return out;
+    };
+    const effective = (t: QueuedTask, now: number, agingMs: number) => t.priority + Math.max(0, now - t.submittedAt) / agingMs;
+    for (let round = 0; round < 300; round++) {
+      const shared = Array.from({ length: 6 }, () => ({
+        driverType: rnd(4) === 0 ? undefined : kinds[rnd(3)],
+        tags: tagSets[rnd(4)],
+        ...(rnd(8) === 0 ? { hostId: `h${rnd(2)}` } : {}),
+      }));
+      const queue = Array.from({ length: rnd(60) }, (_, i) => {
+        const c = shared[rnd(shared.length)];
+        // Half the entries share their constraints object, half carry an equal copy of it.
+        return task(`t${String(i).padStart(3, '0')}`, i * 10, { constraints: rnd(2) ? c : { ...c, tags: [...c.tags] }, priority: rnd(3) });
+      });
+      const free = Array.from({ length: rnd(12) }, (_, i) =>
+        dev(`d${i}`, { hostId: `h${rnd(2)}`, driverType: kinds[rnd(3)], tags: tagSets[rnd(4)] }),
+      );
+      const ctx = { now: 400, agingMs: 100 };
+      const got = (name: string) => getStrategy(name).assign(queue, free, ctx).map((p) => [p.task.taskId, p.device.deviceId]);
+      assert.deepEqual(got('fifo_match'), plain(queue, free), `fifo_match, round ${round}`);
+      const byEffective = [...queue].sort(
+        (a, b) => effective(b, ctx.now, ctx.agingMs) - effective(a, ctx.now, ctx.agingMs) || a.submittedAt - b.submittedAt,
+      );
+      assert.deepEqual(got('priority_aging'), plain(byEffective, free), `priority_aging, round ${round}`);
+    }
+  });
+
   it('a new strategy registered by name is usable by configuration alone', () => {
     registerStrategy({
       name: 'newest_first',

@@ -50,6 +50,7 @@ import {
 import { FleetKind, FleetPool } from './search-attributes';
 import {
   byAge,
+  constraintKey,
   getStrategy,
   hasStrategy,
   packQueue,
@@ -59,7 +60,7 @@ import {
   type QueuedTask,
 } from './strategies';
 import type { HostPublicKeys } from './identity';
-import type { PoolDevice, ReleaseNote } from './types';
+import type { PoolDevice, ReleaseNote, TaskConstraints } from './types';
 
 interface Held {
   taskId: string;
@@ -145,6 +146,20 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   const c = input.carried;
   /** Oldest first (submittedAt, taskId): fifo_match walks it as is. */
   const queue: QueuedTask[] = c?.packedQueue ? unpackQueue(c.packedQueue) : [...(c?.queue ?? [])];
+  /**
+   * Equal constraints share one object in the queue, so a round skips every task whose constraints
+   * already matched no free device at one lookup (strategies.ts, greedy). One entry per distinct set
+   * of constraints seen in this run; a run is at most ~1,500 events long.
+   */
+  const constraintsByKey = new Map<string, TaskConstraints>();
+  const intern = (k: TaskConstraints): TaskConstraints => {
+    const key = constraintKey(k);
+    const have = constraintsByKey.get(key);
+    if (have) return have;
+    constraintsByKey.set(key, k);
+    return k;
+  };
+  for (const q of queue) q.constraints = intern(q.constraints);
   const devices = new Map<string, PoolDevice>((c?.devices ?? []).map((d) => [deviceKey(d.hostId, d.deviceId), d]));
   const held = new Map<string, Held>(c?.held ?? []);
   const hostVersions = new Map<string, number>(c?.hostVersions ?? []);
@@ -293,7 +308,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     }
     insert({
       taskId: req.taskId,
-      constraints: req.constraints,
+      constraints: intern(req.constraints),
       priority: req.priority,
       submittedAt: req.submittedAt,
       enqueuedAt: Date.now(),

@@ -10,11 +10,11 @@
 import { randomUUID } from 'node:crypto';
 import type { PoolDevice } from '../../workflows/types';
 import { getStrategy, type QueuedTask } from '../../workflows/strategies';
-import { schedulerWorkflowId } from '../../workflows/ids';
+import { deviceWorkflowId, schedulerWorkflowId, taskWorkflowId } from '../../workflows/ids';
 import { startBaseline } from '../lib/baseline';
 import { CpuMeter } from '../lib/cpu';
 import { startBenchFleet, type BenchFleet } from '../lib/fleet';
-import { eventTypeName, fetchRuns, workflowTaskTimings } from '../lib/history';
+import { eventMs, eventTypeName, fetchRuns, workflowTaskTimings, type Run } from '../lib/history';
 import { SUBMIT_TIMEOUT_MS } from '../lib/load';
 import { spawnControlPlaneProcess, stopProc } from '../lib/procs';
 import {
@@ -33,11 +33,14 @@ import type { Scenario } from './types';
 
 // ---- (1) the strategy alone ----
 
+/** A queue as the scheduler holds it: equal constraints share one object (scheduler.ts interns them). */
 function queueOf(n: number, matching: (i: number) => boolean): QueuedTask[] {
   const t0 = 1_700_000_000_000;
+  const sim = { driverType: 'sim', tags: [] };
+  const ios = { driverType: 'ios', tags: [] };
   return Array.from({ length: n }, (_, i) => ({
     taskId: randomUUID(),
-    constraints: { driverType: matching(i) ? 'sim' : 'ios', tags: [] },
+    constraints: matching(i) ? sim : ios,
     priority: 0,
     submittedAt: t0 + i,
     enqueuedAt: t0 + i,
@@ -46,21 +49,22 @@ function queueOf(n: number, matching: (i: number) => boolean): QueuedTask[] {
   }));
 }
 
-const freeDevices: PoolDevice[] = Array.from({ length: 3 }, (_, i) => ({
-  hostId: 'h',
-  deviceId: `d${i}`,
-  driverType: 'sim',
-  tags: [],
-  state: 'idle',
-  health: 'good',
-  hostOnline: true,
-  hostDrained: false,
-  deviceDrained: false,
-}));
+const idleSims = (n: number): PoolDevice[] =>
+  Array.from({ length: n }, (_, i) => ({
+    hostId: 'h',
+    deviceId: `d${i}`,
+    driverType: 'sim',
+    tags: [],
+    state: 'idle',
+    health: 'good',
+    hostOnline: true,
+    hostDrained: false,
+    deviceDrained: false,
+  }));
 
-/** Microseconds per assign() call (median of 5 batches). */
-function timeAssign(queue: QueuedTask[]): number {
-  const s = getStrategy('fifo_match');
+/** Microseconds per assign() call (median of 5 batches), by default fifo_match with 3 free devices. */
+function timeAssign(queue: QueuedTask[], freeDevices = idleSims(3), strategy = 'fifo_match'): number {
+  const s = getStrategy(strategy);
   const ctx = { now: Date.now(), agingMs: 60_000 };
   const iterations = Math.max(20, Math.round(400_000 / queue.length));
   for (let i = 0; i < Math.ceil(iterations / 5); i++) s.assign(queue, freeDevices, ctx); // warm-up
@@ -90,6 +94,8 @@ interface QueuePhase {
   firstAssignMs?: number;
   cycles: Summary;
   cycleStarts: number;
+  /** Each cycle cut into its legs, from the server's timestamps in the histories (ms, p50 per leg). */
+  legs: Record<string, Summary>;
   schedulerWftWorkMs: Summary;
   schedulerWftWaitMs: Summary;
   schedulerRuns: number;
@@ -121,6 +127,107 @@ function carries(runs: Awaited<ReturnType<typeof fetchRuns>>): Array<{ bytes: nu
     out.push({ bytes, queued });
   }
   return out;
+}
+
+/** The taskId in a signal's JSON input (the fleet's workflow-to-workflow signals are not encoded). */
+function signalTaskId(input: { payloads?: Array<{ data?: Uint8Array | null }> | null } | null | undefined): string | undefined {
+  try {
+    return (JSON.parse(Buffer.from(input?.payloads?.[0]?.data ?? []).toString()) as { taskId?: string }).taskId;
+  } catch {
+    return undefined;
+  }
+}
+
+type Ev = Run['events'][number];
+const signalled = (events: Ev[], name: string, taskId: string) =>
+  events.find(
+    (e) =>
+      e.workflowExecutionSignaledEventAttributes?.signalName === name &&
+      signalTaskId(e.workflowExecutionSignaledEventAttributes.input) === taskId,
+  );
+const signalSent = (events: Ev[], name: string, taskId: string) =>
+  events.find(
+    (e) =>
+      e.signalExternalWorkflowExecutionInitiatedEventAttributes?.signalName === name &&
+      signalTaskId(e.signalExternalWorkflowExecutionInitiatedEventAttributes.input) === taskId,
+  );
+/** The first workflow task scheduled at or after `from` in `events`: [scheduled, started, completed] (ms). */
+function wftAfter(events: Ev[], from: number): [number, number, number] {
+  const i = events.findIndex((e) => eventTypeName(e) === 'WorkflowTaskScheduled' && eventMs(e) >= from);
+  if (i < 0) return [NaN, NaN, NaN];
+  const next = (type: string) => events.slice(i).find((e) => eventTypeName(e) === type);
+  const st = next('WorkflowTaskStarted');
+  const done = next('WorkflowTaskCompleted');
+  return [eventMs(events[i]), st ? eventMs(st) : NaN, done ? eventMs(done) : NaN];
+}
+
+/**
+ * One cycle (task A's work ends -> task B's work starts on the same device) cut at every message:
+ * A's workflow task that takes the activity's end and tells the pool; delivery to the scheduler;
+ * the scheduler's workflow task (queue wait + work) that frees the device and reserves it for B;
+ * delivery to the device; the device's workflow task; delivery to B; B's workflow task (wait +
+ * work: B has been parked since the fill, so this is where a cold cache would show); B's activity
+ * to the host runner (host pickup). Server timestamps from the histories, the runner's clock for the
+ * last leg.
+ */
+async function cycleLegs(
+  bf: BenchFleet,
+  starts: Array<{ taskId: string; epoch: number }>,
+  schedulerEvents: Ev[],
+  deviceId: string,
+): Promise<Record<string, Summary>> {
+  const device = (await fetchRuns(bf.client, deviceId)).flatMap((r) => r.events);
+  const tasks = new Map<string, Ev[]>();
+  await mapLimit(starts, 8, async (s) => {
+    tasks.set(s.taskId, (await fetchRuns(bf.client, taskWorkflowId(s.taskId), 1))[0]?.events ?? []);
+  });
+  const names = [
+    "A's workflow task: activity closed -> release sent",
+    'release -> scheduler',
+    "scheduler's workflow task: queue wait",
+    "scheduler's workflow task: work (release + decision + reserve sent)",
+    'reserve -> device',
+    "device's workflow task: queue wait",
+    "device's workflow task: work (reservation + assignment sent)",
+    'assignment -> B',
+    "B's workflow task: queue wait",
+    "B's workflow task: work (activity scheduled)",
+    'activity scheduled -> host runner',
+  ];
+  const legs: number[][] = names.map(() => []);
+  for (let i = 1; i < starts.length; i++) {
+    const a = tasks.get(starts[i - 1].taskId) ?? [];
+    const b = tasks.get(starts[i].taskId) ?? [];
+    const aId = starts[i - 1].taskId;
+    const bId = starts[i].taskId;
+    const aClosed = a.find((e) => eventTypeName(e) === 'ActivityTaskCompleted');
+    const aRelease = signalSent(a, 'taskReleased', aId);
+    const sRelease = signalled(schedulerEvents, 'taskReleased', aId);
+    const sReserve = signalSent(schedulerEvents, 'reserveDevice', bId);
+    const dReserve = signalled(device, 'reserveDevice', bId);
+    const dAssign = signalSent(device, 'assignment', bId);
+    const bAssign = signalled(b, 'assignment', bId);
+    const bScheduled = b.find((e) => eventTypeName(e) === 'ActivityTaskScheduled');
+    if (!aClosed || !aRelease || !sRelease || !sReserve || !dReserve || !dAssign || !bAssign || !bScheduled) continue;
+    const [sSch, sSt, sDone] = wftAfter(schedulerEvents, eventMs(sRelease));
+    const [dSch, dSt] = wftAfter(device, eventMs(dReserve));
+    const [bSch, bSt] = wftAfter(b, eventMs(bAssign));
+    const v = [
+      eventMs(aRelease) - eventMs(aClosed),
+      eventMs(sRelease) - eventMs(aRelease),
+      sSt - sSch,
+      sDone - sSt,
+      eventMs(dReserve) - eventMs(sReserve),
+      dSt - dSch,
+      eventMs(dAssign) - dSt,
+      eventMs(bAssign) - eventMs(dAssign),
+      bSt - bSch,
+      eventMs(bScheduled) - bSt,
+      starts[i].epoch - eventMs(bScheduled),
+    ];
+    v.forEach((x, k) => Number.isFinite(x) && legs[k].push(x));
+  }
+  return Object.fromEntries(names.map((n, k) => [n, summarize(legs[k], 0)]));
 }
 
 async function queuePhase(
@@ -180,7 +287,9 @@ async function queuePhase(
   const from = starts[0]?.epoch ?? 0;
   const to = starts[starts.length - 1]?.epoch ?? 0;
   const runs = await fetchRuns(bf.client, schedulerWorkflowId(pool));
-  const wft = workflowTaskTimings(runs.flatMap((r) => r.events), from, to);
+  const schedulerEvents = runs.flatMap((r) => r.events);
+  const wft = workflowTaskTimings(schedulerEvents, from, to);
+  const legs = await cycleLegs(bf, starts, schedulerEvents, deviceWorkflowId(hostId, 'd0'));
   const after = await bf.scheduler(pool);
   const lost = new Set(unanswered);
   const where: { enqueueEventsBeforeContinueAsNew: number[]; runs: number[] } = { enqueueEventsBeforeContinueAsNew: [], runs: [] };
@@ -216,6 +325,7 @@ async function queuePhase(
     firstAssignMs: starts[0] ? round(starts[0].at - tAdd, 0) : undefined,
     cycles: summarize(gaps),
     cycleStarts: starts.length,
+    legs,
     schedulerWftWorkMs: summarize(wft.workMs),
     schedulerWftWaitMs: summarize(wft.waitMs),
     schedulerRuns: runs.length,
@@ -254,6 +364,11 @@ export const p5Scale: Scenario = async (be, o) => {
     allMatchBig: timeAssign(queueOf(big, () => true)),
     lastMatches100: timeAssign(queueOf(100, (i) => i === 99)),
     lastMatchesBig: timeAssign(queueOf(big, (i) => i === big - 1)),
+    // 100 idle devices that no queued task can use (a queue of one kind, idle devices of another).
+    noneMatch100: timeAssign(queueOf(100, () => false), idleSims(100)),
+    noneMatchBig: timeAssign(queueOf(big, () => false), idleSims(100)),
+    agingAllMatch100: timeAssign(queueOf(100, () => true), idleSims(3), 'priority_aging'),
+    agingAllMatchBig: timeAssign(queueOf(big, () => true), idleSims(3), 'priority_aging'),
   };
   log(`P5 strategy (us/call): ${JSON.stringify(strat)}`);
 
@@ -312,6 +427,10 @@ export const p5Scale: Scenario = async (be, o) => {
         met: cycleRatio <= 1.5,
       },
       { metric: `decision cycle p90 (ms): 100 -> ${n}`, fleet: `${s.cycles.p90} -> ${l.cycles.p90}`, baseline: baseCycles.p90 },
+      ...Object.keys(l.legs).map((k) => ({
+        metric: `  ${k}, p50 (ms): 100 -> ${n}`,
+        fleet: `${s.legs[k]?.p50 ?? 'n/a'} -> ${l.legs[k].p50}`,
+      })),
       {
         metric: `control plane's workflow cache over the cycles: misses (replays) / hits: 100 -> ${n} (cache limit: ${o.p5Cache ?? "the SDK's default"})`,
         fleet: `${s.stickyCache ? `${s.stickyCache.misses} / ${s.stickyCache.hits}` : 'n/a'} -> ${l.stickyCache ? `${l.stickyCache.misses} / ${l.stickyCache.hits}` : 'n/a'}`,
@@ -338,6 +457,16 @@ export const p5Scale: Scenario = async (be, o) => {
         metric: `fifo_match.assign, only the last matches (us/call): 100 -> ${big}`,
         fleet: `${strat.lastMatches100} -> ${strat.lastMatchesBig}`,
         ratio: stratRatioWorst,
+      },
+      {
+        metric: `fifo_match.assign, none match 100 idle devices (us/call): 100 -> ${big}`,
+        fleet: `${strat.noneMatch100} -> ${strat.noneMatchBig}`,
+        ratio: round(strat.noneMatchBig / strat.noneMatch100, 1),
+      },
+      {
+        metric: `priority_aging.assign, all match (us/call): 100 -> ${big}`,
+        fleet: `${strat.agingAllMatch100} -> ${strat.agingAllMatchBig}`,
+        ratio: round(strat.agingAllMatchBig / strat.agingAllMatch100, 1),
       },
       { metric: `device added -> first task started (ms): 100 -> ${n}`, fleet: `${s.firstAssignMs} -> ${l.firstAssignMs}` },
       {
@@ -373,7 +502,7 @@ export const p5Scale: Scenario = async (be, o) => {
     ],
     notes: [
       `decision cycle = interval between consecutive zero-length tasks started on the only matching device (${o.p5Cycles} cycles); baseline = the same on one raw-Temporal activity slot with a backlog`,
-      'strategy timings: 3 free devices, median of 5 batches after warm-up, in this process',
+      'strategy timings: 3 free devices unless the row says otherwise, median of 5 batches after warm-up, in this process',
     ],
     details: { strategyMicros: strat, phases, baselineCycles: baseCycles, controlPlaneIdleRssMiB: idleRss, cpu: cpuUse },
   };
