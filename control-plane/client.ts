@@ -29,7 +29,7 @@ import {
 import type { taskWorkflow } from '../workflows/task';
 import type { Assignment, IndexedStatus, TaskInput, TaskStatus, TaskView } from '../workflows/types';
 import { initialTaskView, MAX_ATTEMPTS_LIMIT } from '../workflows/policy';
-import type { ControlPlaneConfig } from './config';
+import { taskWorkflowQueue, type ControlPlaneConfig } from './config';
 
 export class ValidationError extends Error {
   override name = 'ValidationError';
@@ -194,7 +194,7 @@ export class FleetClient {
   private async startAndAwaitAdmission(input: TaskInput, reuse: WorkflowIdReusePolicy): Promise<TaskView> {
     const handle = await this.client.workflow.start<typeof taskWorkflow>('taskWorkflow', {
       workflowId: taskWorkflowId(input.taskId),
-      taskQueue: this.config.controlTaskQueue,
+      taskQueue: taskWorkflowQueue(this.config),
       args: [input],
       workflowIdConflictPolicy: 'USE_EXISTING',
       workflowIdReusePolicy: reuse,

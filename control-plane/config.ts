@@ -57,12 +57,23 @@ export const ControlPlaneConfigSchema = z.object({
   /** History length at which long-lived workflows continue-as-new (undefined: the server's suggestion, or 4,000). */
   historyLimit: z.number().int().min(20).optional(),
   /**
-   * Workflows the control-plane worker keeps in memory (TS SDK `maxCachedWorkflows`; default the
-   * SDK's, about 600 per GiB of heap). Queued tasks are most of them and replay cheaply when pushed
-   * out; devices, hosts and schedulers replay long histories. Size it to the long-lived workflows
-   * (about 2 x devices + hosts + 100), not to the queue (README, "Configuration"; BENCHMARKS.md, P5).
+   * Task queue of the task workflows (default `<controlTaskQueue>.tasks`). The control plane polls
+   * it with a worker of its own, so queued tasks never push the long-lived workflows out of memory.
+   */
+  taskWorkflowTaskQueue: z.string().min(1).optional(),
+  /**
+   * Long-lived workflows (schedulers, devices, hosts) the control plane keeps in memory (TS SDK
+   * `maxCachedWorkflows` of the worker on `controlTaskQueue`; default the SDK's, about 600 per GiB
+   * of heap). Each replays a long history when pushed out: size it above devices + hosts + pools.
    */
   maxCachedWorkflows: z.number().int().positive().optional(),
+  /**
+   * Task workflows kept in memory (the worker on the task workflows' queue). A queued task that was
+   * pushed out replays about 20 events when its device comes; every one kept costs about 0.3 MiB.
+   * About the number of devices keeps every running task in memory (README, "Configuration";
+   * BENCHMARKS.md, P5).
+   */
+  maxCachedTasks: z.number().int().positive().default(1_000),
   /** Holds nobody released (a task terminated while holding a device) are swept this often... */
   holdSweepMs: z.number().int().positive().optional(),
   /** ...once this long past their deadline. Both default to 60 s. */
@@ -77,6 +88,11 @@ export function parseControlPlaneConfig(raw: unknown): ControlPlaneConfig {
   if (!r.success) {
     const lines = r.error.issues.map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`);
     throw new ConfigError(`invalid control-plane configuration:\n  ${lines.join('\n  ')}`);
+  }
+  if (r.data.taskWorkflowTaskQueue === r.data.controlTaskQueue) {
+    throw new ConfigError(
+      'invalid control-plane configuration:\n  taskWorkflowTaskQueue: must differ from controlTaskQueue (task workflows get a worker and a cache of their own)',
+    );
   }
   return r.data;
 }
@@ -98,6 +114,11 @@ export function loadControlPlaneConfig(env: NodeJS.ProcessEnv = process.env): Co
     raw.pools = { ...pools, [pool]: { ...(pools[pool] ?? {}), strategy: env.FLEET_STRATEGY } };
   }
   return parseControlPlaneConfig(raw);
+}
+
+/** Where task workflows run: `taskWorkflowTaskQueue`, or `<controlTaskQueue>.tasks`. */
+export function taskWorkflowQueue(config: Pick<ControlPlaneConfig, 'controlTaskQueue' | 'taskWorkflowTaskQueue'>): string {
+  return config.taskWorkflowTaskQueue ?? `${config.controlTaskQueue}.tasks`;
 }
 
 export function poolConfig(config: ControlPlaneConfig, pool: string) {

@@ -6,7 +6,7 @@
  * (default 127.0.0.1:9464, path /metrics; "off" disables it).
  */
 import { Runtime } from '@temporalio/worker';
-import { loadControlPlaneConfig } from './config';
+import { loadControlPlaneConfig, taskWorkflowQueue } from './config';
 import { connectClient, connectWorker, temporalSettingsFromEnv } from './connection';
 import { createLog, SdkJsonLogger } from './log';
 import { createControlPlaneWorker, ensurePools } from './worker';
@@ -51,6 +51,7 @@ async function main(): Promise<void> {
   await ensurePools(client, config);
   log.info('control plane started', {
     taskQueue: config.controlTaskQueue,
+    taskWorkflowTaskQueue: taskWorkflowQueue(config),
     pools: Object.keys(config.pools),
     sdkMetrics: metricsAddress ? `http://${metricsAddress}/metrics` : 'off',
   });

@@ -1,11 +1,17 @@
-/** The control-plane worker: every fleet workflow plus the control-plane activities, on one task queue. */
+/**
+ * The control-plane workers: one for the long-lived workflows (schedulers, devices, hosts) on
+ * `controlTaskQueue`, one for the task workflows on their own queue, each with its own workflow
+ * cache, both with the control-plane activities. Queued tasks are most of the workflows and each
+ * costs memory while cached; on one worker they pushed the long-lived ones out (a device or a
+ * scheduler then replays thousands of events) and grew the process past 1.3 GiB at 10,000 queued.
+ */
 import { type Client } from '@temporalio/client';
-import { Worker, type NativeConnection, type WorkflowBundle } from '@temporalio/worker';
+import { bundleWorkflowCode, Runtime, Worker, type NativeConnection, type WorkflowBundle } from '@temporalio/worker';
 import { createControlPlaneActivities } from '../activities/control-plane';
 import { schedulerWorkflowId } from '../workflows/ids';
 import { configureSchedulerUpdate } from '../workflows/messages';
 import type { schedulerWorkflow } from '../workflows/scheduler';
-import { poolConfig, schedulerInput, type ControlPlaneConfig } from './config';
+import { poolConfig, schedulerInput, taskWorkflowQueue, type ControlPlaneConfig } from './config';
 import { createSealingCodec } from './sealing';
 
 /**
@@ -25,23 +31,66 @@ export interface ControlPlaneWorkerOptions {
   identity?: string;
 }
 
-export async function createControlPlaneWorker(opts: ControlPlaneWorkerOptions): Promise<Worker> {
-  return Worker.create({
-    connection: opts.connection,
-    namespace: opts.namespace ?? opts.client.options.namespace,
-    taskQueue: opts.config.controlTaskQueue,
-    ...(opts.workflowBundle
-      ? { workflowBundle: opts.workflowBundle }
-      : {
-          workflowsPath: require.resolve('../workflows'),
-          bundlerOptions: { preloadModules: WORKFLOW_PRELOAD_MODULES },
-        }),
-    activities: createControlPlaneActivities({ client: opts.client, config: opts.config }),
-    // Seals what the task workflow sends to a host to that host's key (see sealing.ts).
-    dataConverter: { payloadCodecs: [createSealingCodec()] },
-    ...(opts.config.maxCachedWorkflows ? { maxCachedWorkflows: opts.config.maxCachedWorkflows } : {}),
-    ...(opts.identity ? { identity: opts.identity } : {}),
-  });
+/** The two workers, run and stopped together. */
+export interface ControlPlaneWorkers {
+  /** Schedulers, devices and hosts, on `controlTaskQueue` (and task workflows started there before the split). */
+  readonly longLived: Worker;
+  /** Task workflows, on `taskWorkflowQueue(config)`. */
+  readonly tasks: Worker;
+  /** Runs both until both stop; if one fails, the other is shut down and the failure is thrown. */
+  run(): Promise<void>;
+  shutdown(): void;
+  /** RUNNING while both run; otherwise the state of the first that does not. */
+  getState(): ReturnType<Worker['getState']>;
+}
+
+export async function createControlPlaneWorker(opts: ControlPlaneWorkerOptions): Promise<ControlPlaneWorkers> {
+  const workflowBundle =
+    opts.workflowBundle ??
+    (await bundleWorkflowCode({
+      workflowsPath: require.resolve('../workflows'),
+      preloadModules: WORKFLOW_PRELOAD_MODULES,
+      logger: Runtime.instance().logger,
+    }));
+  const activities = createControlPlaneActivities({ client: opts.client, config: opts.config });
+  const make = (taskQueue: string, maxCachedWorkflows: number | undefined) =>
+    Worker.create({
+      connection: opts.connection,
+      namespace: opts.namespace ?? opts.client.options.namespace,
+      taskQueue,
+      workflowBundle,
+      activities,
+      // Seals what the task workflow sends to a host to that host's key (see sealing.ts).
+      dataConverter: { payloadCodecs: [createSealingCodec()] },
+      ...(maxCachedWorkflows ? { maxCachedWorkflows } : {}),
+      ...(opts.identity ? { identity: opts.identity } : {}),
+    });
+  // Every workflow type is registered on both: the long-lived worker still serves task workflows
+  // started on its queue by a control plane from before the split.
+  const longLived = await make(opts.config.controlTaskQueue, opts.config.maxCachedWorkflows);
+  const tasks = await make(taskWorkflowQueue(opts.config), opts.config.maxCachedTasks);
+  const both = [longLived, tasks];
+  const shutdown = () => {
+    for (const w of both) if (w.getState() === 'RUNNING') w.shutdown();
+  };
+  return {
+    longLived,
+    tasks,
+    async run() {
+      const results = await Promise.allSettled(
+        both.map((w) =>
+          w.run().catch((err: unknown) => {
+            shutdown();
+            throw err;
+          }),
+        ),
+      );
+      const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+      if (failed) throw failed.reason;
+    },
+    shutdown,
+    getState: () => both.map((w) => w.getState()).find((st) => st !== 'RUNNING') ?? 'RUNNING',
+  };
 }
 
 /**

@@ -1,13 +1,16 @@
-/** The control-plane worker takes its workflow-cache size from the configuration. */
+/**
+ * The control plane runs two workers: long-lived workflows on `controlTaskQueue`, task workflows on
+ * a queue of their own, each with the workflow cache its configuration gives it.
+ */
 import assert from 'node:assert/strict';
-import type { Worker } from '@temporalio/worker';
-import { ConfigError, parseControlPlaneConfig } from '../control-plane/config';
-import { createControlPlaneWorker } from '../control-plane/worker';
+import { ConfigError, parseControlPlaneConfig, taskWorkflowQueue } from '../control-plane/config';
+import { createControlPlaneWorker, type ControlPlaneWorkers } from '../control-plane/worker';
+import { deviceWorkflowId, schedulerWorkflowId, taskWorkflowId } from '../workflows/ids';
 import { testEnv, workflowBundle } from './setup';
-import { uid } from './helpers/fleet';
+import { startFleet, uid, type Fleet } from './helpers/fleet';
 
-describe('control-plane worker options', () => {
-  const make = async (input: Record<string, unknown>): Promise<Worker> => {
+describe('control-plane workers', () => {
+  const make = async (input: Record<string, unknown>): Promise<ControlPlaneWorkers> => {
     const env = testEnv();
     return createControlPlaneWorker({
       connection: env.nativeConnection,
@@ -16,32 +19,67 @@ describe('control-plane worker options', () => {
       workflowBundle: workflowBundle(),
     });
   };
-  const stop = async (w: Worker) => {
+  const stop = async (w: ControlPlaneWorkers) => {
     const running = w.run();
+    assert.equal(w.getState(), 'RUNNING');
     w.shutdown();
     await running;
+    assert.notEqual(w.getState(), 'RUNNING');
   };
 
-  it('maxCachedWorkflows from the configuration sizes the worker cache; without it, the SDK default', async () => {
-    const sized = await make({ maxCachedWorkflows: 12_345 });
+  it('long-lived workflows and tasks poll their own queues, each with its configured cache', async () => {
+    const sized = await make({ maxCachedWorkflows: 12_345, maxCachedTasks: 321 });
     const plain = await make({});
     try {
-      assert.equal(sized.options.maxCachedWorkflows, 12_345);
-      assert.notEqual(plain.options.maxCachedWorkflows, 12_345);
-      assert.ok(plain.options.maxCachedWorkflows >= 10, 'the SDK default is at least 10');
+      assert.equal(sized.longLived.options.maxCachedWorkflows, 12_345);
+      assert.equal(sized.tasks.options.maxCachedWorkflows, 321);
+      assert.equal(sized.tasks.options.taskQueue, `${sized.longLived.options.taskQueue}.tasks`);
+      // Without settings: the SDK's default for the long-lived ones, 1,000 tasks.
+      assert.notEqual(plain.longLived.options.maxCachedWorkflows, 12_345);
+      assert.ok(plain.longLived.options.maxCachedWorkflows >= 10, 'the SDK default is at least 10');
+      assert.equal(plain.tasks.options.maxCachedWorkflows, 1_000);
     } finally {
       await stop(sized);
       await stop(plain);
     }
   });
 
-  it('a maxCachedWorkflows that is not a positive integer is a configuration error', () => {
-    for (const bad of [0, -5, 1.5, 'many']) {
-      assert.throws(() => parseControlPlaneConfig({ maxCachedWorkflows: bad }), (err: unknown) => {
-        assert.ok(err instanceof ConfigError);
-        assert.match(err.message, /maxCachedWorkflows/);
-        return true;
-      });
+  it('cache sizes that are not positive integers, or one queue for both, are configuration errors', () => {
+    for (const field of ['maxCachedWorkflows', 'maxCachedTasks']) {
+      for (const bad of [0, -5, 1.5, 'many']) {
+        assert.throws(() => parseControlPlaneConfig({ [field]: bad }), (err: unknown) => {
+          assert.ok(err instanceof ConfigError);
+          assert.match(err.message, new RegExp(field));
+          return true;
+        });
+      }
     }
+    assert.throws(
+      () => parseControlPlaneConfig({ controlTaskQueue: 'q', taskWorkflowTaskQueue: 'q' }),
+      /taskWorkflowTaskQueue: must differ from controlTaskQueue/,
+    );
+    assert.equal(taskWorkflowQueue(parseControlPlaneConfig({ controlTaskQueue: 'q', taskWorkflowTaskQueue: 'jobs' })), 'jobs');
+  });
+
+  describe('on a running fleet', () => {
+    let f: Fleet | undefined;
+    afterEach(async () => {
+      await f?.stop();
+      f = undefined;
+    });
+
+    it('a submitted task runs on the task queue, the scheduler and the device on the control queue', async () => {
+      f = await startFleet('queues');
+      await f.addHost('q1', [{ deviceId: 'd1', driverType: 'sim' }]);
+      const view = await f.fleet.submit({ goal: 'open settings [sim duration=50]' });
+      const done = await f.fleet.wait(view.taskId);
+      assert.equal(done.status, 'done');
+      const queueOf = async (workflowId: string) =>
+        (await f!.client.workflow.getHandle(workflowId).describe()).taskQueue;
+      assert.equal(await queueOf(taskWorkflowId(view.taskId)), taskWorkflowQueue(f.config));
+      assert.equal(await queueOf(schedulerWorkflowId(f.pool)), f.config.controlTaskQueue);
+      const [{ hostId, deviceId }] = done.attempts;
+      assert.equal(await queueOf(deviceWorkflowId(hostId, deviceId)), f.config.controlTaskQueue);
+    });
   });
 });

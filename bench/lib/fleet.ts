@@ -14,7 +14,7 @@ import {
   type ControlPlaneConfigInput,
 } from '../../control-plane/config';
 import { enrollHost } from '../../control-plane/hosts';
-import { createControlPlaneWorker, ensurePools } from '../../control-plane/worker';
+import { createControlPlaneWorker, ensurePools, type ControlPlaneWorkers } from '../../control-plane/worker';
 import { startHost, type HostAgent } from '../../host-worker/host';
 import { generateHostCredential, publicKeys, type HostCredential } from '../../host-worker/identity';
 import type { RunContext, Runners } from '../../host-worker/runners';
@@ -181,7 +181,7 @@ export async function startBenchFleet(be: BenchEnv, opts: BenchFleetOptions): Pr
   const recorder = new RunRecorder();
   const hosts = new Map<string, HostAgent>();
   const devicesOf = new Map<string, string[]>();
-  let worker: Worker | undefined;
+  let worker: ControlPlaneWorkers | undefined;
   let running: Promise<void> | undefined;
   let cpProc: Proc | undefined;
 

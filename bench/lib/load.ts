@@ -2,6 +2,7 @@
 import type { Client } from '@temporalio/client';
 import type { BaselineFleet } from './baseline';
 import type { CpuMark, CpuMeter, CpuUse } from './cpu';
+import { taskWorkflowQueue } from '../../control-plane/config';
 import { countRunning, fleetCpuMeter, type BenchFleet } from './fleet';
 import { log, mapLimit, round, sleep, waitUntil, withTimeout } from './util';
 
@@ -101,7 +102,7 @@ export async function burstFleet(
   log(`  fleet: ${taskIds.length} submitted (admitted) in ${submitMs} ms`);
   await bf.recorder.waitForCount(taskIds.length, timeoutMs).catch((err: unknown) => log(`  ${String(err)}`));
   const ids = new Set(taskIds.map((t) => `task/${t}`));
-  return finish(cpu, mark, bf.client, bf.config.controlTaskQueue, 'taskWorkflow', ids, t0, submitMs, errors, timeoutMs);
+  return finish(cpu, mark, bf.client, taskWorkflowQueue(bf.config), 'taskWorkflow', ids, t0, submitMs, errors, timeoutMs);
 }
 
 /** A burst of baseline tasks; `shape`: through the fleet's message shape (BaselineFleet.submitShape). */

@@ -7,6 +7,7 @@ import { saveHostCredential } from '../../host-worker/identity';
 import { deviceWorkflowId, hostWorkflowId } from '../../workflows/ids';
 import type { baselineTaskWorkflow } from '../baseline-workflows';
 import { startBaseline } from '../lib/baseline';
+import { taskWorkflowQueue } from '../../control-plane/config';
 import { countRunning, longLivedWorkflows, startBenchFleet } from '../lib/fleet';
 import { spawnBaselineWorker, spawnHostProcess, stopProc, writeTempJson } from '../lib/procs';
 import { tolerant } from '../lib/load';
@@ -85,7 +86,7 @@ export const memory: Scenario = async (be, o) => {
       bf.fleet.submit({ taskId, goal: 'short [sim duration=0 steps=1]' }),
     );
     await waitUntil(
-      async () => ((await countRunning(bf.client, bf.config.controlTaskQueue, 'taskWorkflow')) === 0 ? true : undefined),
+      async () => ((await countRunning(bf.client, taskWorkflowQueue(bf.config), 'taskWorkflow')) === 0 ? true : undefined),
       'fleet burst to finish',
       timeoutMs,
       250,

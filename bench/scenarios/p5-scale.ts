@@ -10,6 +10,7 @@
 import { randomUUID } from 'node:crypto';
 import type { PoolDevice } from '../../workflows/types';
 import { getStrategy, type QueuedTask } from '../../workflows/strategies';
+import { taskWorkflowQueue } from '../../control-plane/config';
 import { deviceWorkflowId, schedulerWorkflowId, taskWorkflowId } from '../../workflows/ids';
 import { startBaseline } from '../lib/baseline';
 import { CpuMeter } from '../lib/cpu';
@@ -102,7 +103,7 @@ interface QueuePhase {
   queueAfter: number;
   controlPlaneRssMiB?: number;
   /** Over the cycles (device added -> last start): the control plane's workflow-cache hits and misses. */
-  stickyCache?: { hits: number; misses: number; size: number };
+  stickyCache?: { tasks: CacheCounts; longLived: CacheCounts };
   /** Size of the schedulerState query answer at the filled queue (the whole queue is in it). */
   queryBytes: number;
   /** Largest continue-as-new input of the scheduler so far, and the queue it carried. */
@@ -273,7 +274,8 @@ async function queuePhase(
   log(`  ${pool}: ${queued} queued in ${fillMs} ms; control-plane RSS ${rss} MiB`);
 
   const hostId = `m-${pool}`;
-  const cacheBefore = await stickyCache(metricsAddress);
+  const tasksQueue = taskWorkflowQueue(bf.config);
+  const cacheBefore = await stickyCache(metricsAddress, tasksQueue);
   const tAdd = performance.now();
   await bf.addHost(hostId, ['d0'], { pool, driverType });
   const mine = () => bf.recorder.all.filter((r) => r.hostId === hostId);
@@ -281,7 +283,7 @@ async function queuePhase(
     (err: unknown) => log(`  ${String(err)}`),
   );
   await bf.stopHost(hostId);
-  const cacheAfter = await stickyCache(metricsAddress);
+  const cacheAfter = await stickyCache(metricsAddress, tasksQueue);
   const starts = mine();
   const gaps = starts.slice(1).map((s, i) => s.at - starts[i].at);
   const from = starts[0]?.epoch ?? 0;
@@ -333,24 +335,38 @@ async function queuePhase(
     controlPlaneRssMiB: rss,
     stickyCache:
       cacheBefore && cacheAfter
-        ? { hits: cacheAfter.hits - cacheBefore.hits, misses: cacheAfter.misses - cacheBefore.misses, size: cacheAfter.size }
+        ? { tasks: cacheDiff(cacheAfter.tasks, cacheBefore.tasks), longLived: cacheDiff(cacheAfter.longLived, cacheBefore.longLived) }
         : undefined,
   };
 }
 
+interface CacheCounts {
+  hits: number;
+  misses: number;
+  size: number;
+}
+const cacheDiff = (after: CacheCounts, before: CacheCounts): CacheCounts => ({
+  hits: after.hits - before.hits,
+  misses: after.misses - before.misses,
+  size: after.size,
+});
+
 /**
- * The control plane's workflow cache, from its SDK metrics: workflow tasks that found their
- * workflow in memory (hits) or had to replay its history (misses), and how many it holds.
+ * The control plane's two workflow caches, from its SDK metrics: workflow tasks that found their
+ * workflow in memory (hits) or had to replay its history (misses), and how many each holds; the
+ * task workflows' worker by its task queue, the long-lived workflows' worker the rest.
  */
-async function stickyCache(address: string): Promise<{ hits: number; misses: number; size: number } | undefined> {
+async function stickyCache(address: string, tasksQueue: string): Promise<{ tasks: CacheCounts; longLived: CacheCounts } | undefined> {
   try {
-    const text = await (await fetch(`http://${address}/metrics`)).text();
-    const sum = (name: string) =>
-      text
-        .split('\n')
-        .filter((l) => l.startsWith(`temporal_${name}`) && !l.startsWith('#'))
-        .reduce((a, l) => a + Number(l.trim().split(/\s+/).pop()), 0);
-    return { hits: sum('sticky_cache_hit'), misses: sum('sticky_cache_miss'), size: sum('sticky_cache_size') };
+    const lines = (await (await fetch(`http://${address}/metrics`)).text()).split('\n').filter((l) => !l.startsWith('#'));
+    const counts = (tasks: boolean): CacheCounts => {
+      const sum = (name: string) =>
+        lines
+          .filter((l) => l.startsWith(`temporal_${name}`) && l.includes(`task_queue="${tasksQueue}"`) === tasks)
+          .reduce((a, l) => a + Number(l.trim().split(/\s+/).pop()), 0);
+      return { hits: sum('sticky_cache_hit'), misses: sum('sticky_cache_miss'), size: sum('sticky_cache_size') };
+    };
+    return { tasks: counts(true), longLived: counts(false) };
   } catch {
     return undefined;
   }
@@ -388,7 +404,7 @@ export const p5Scale: Scenario = async (be, o) => {
   // ---- fleet, control plane as a process ----
   const bf = await startBenchFleet(be, { name: 'p5', hosts: 0, devicesPerHost: 0, controlPlane: false, extraPools: ['large'] });
   const metricsAddress = `127.0.0.1:${await freePort()}`;
-  const cpConfig = o.p5Cache === undefined ? bf.config : { ...bf.config, maxCachedWorkflows: o.p5Cache };
+  const cpConfig = o.p5Cache === undefined ? bf.config : { ...bf.config, maxCachedTasks: o.p5Cache };
   const cp = spawnControlPlaneProcess(be.env.address, cpConfig, metricsAddress);
   const cpu = new CpuMeter(be.cpu.serverPid, () => ({ controlPlane: cp.pid }));
   const phases: QueuePhase[] = [];
@@ -431,14 +447,15 @@ export const p5Scale: Scenario = async (be, o) => {
         metric: `  ${k}, p50 (ms): 100 -> ${n}`,
         fleet: `${s.legs[k]?.p50 ?? 'n/a'} -> ${l.legs[k].p50}`,
       })),
-      {
-        metric: `control plane's workflow cache over the cycles: misses (replays) / hits: 100 -> ${n} (cache limit: ${o.p5Cache ?? "the SDK's default"})`,
-        fleet: `${s.stickyCache ? `${s.stickyCache.misses} / ${s.stickyCache.hits}` : 'n/a'} -> ${l.stickyCache ? `${l.stickyCache.misses} / ${l.stickyCache.hits}` : 'n/a'}`,
-      },
-      {
-        metric: `control plane's workflow cache: workflows held after the cycles, 100 -> ${n}`,
-        fleet: `${s.stickyCache?.size ?? 'n/a'} -> ${l.stickyCache?.size ?? 'n/a'}`,
-      },
+      ...(['tasks', 'longLived'] as const).flatMap((w) => {
+        const which = w === 'tasks' ? `task workflows' cache (limit ${cpConfig.maxCachedTasks})` : "long-lived workflows' cache";
+        const c = (p: QueuePhase) => p.stickyCache?.[w];
+        const fmt = (p: QueuePhase) => (c(p) ? `${c(p)!.misses} / ${c(p)!.hits}` : 'n/a');
+        return [
+          { metric: `control plane's ${which} over the cycles: misses (replays) / hits: 100 -> ${n}`, fleet: `${fmt(s)} -> ${fmt(l)}` },
+          { metric: `  workflows held after the cycles, 100 -> ${n}`, fleet: `${c(s)?.size ?? 'n/a'} -> ${c(l)?.size ?? 'n/a'}` },
+        ];
+      }),
       {
         metric: `scheduler workflow task, p50 (ms): 100 -> ${n}`,
         fleet: `${s.schedulerWftWorkMs.p50} -> ${l.schedulerWftWorkMs.p50}`,

@@ -14,7 +14,7 @@ export interface BenchOptions {
   p3Tasks: number;
   /** P5: the large queue (the small one is 100). */
   p5Queue: number;
-  /** P5: the control plane's maxCachedWorkflows (undefined: the SDK's default). */
+  /** P5: the control plane's maxCachedTasks (undefined: its default, 1,000). */
   p5Cache?: number;
   p5Cycles: number;
   /** P5: how long filling one pool's queue may take before the scenario goes on with what it has. */

@@ -8,7 +8,6 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Client } from '@temporalio/client';
-import type { Worker } from '@temporalio/worker';
 import { FleetClient } from '../../control-plane/client';
 import {
   parseControlPlaneConfig,
@@ -16,7 +15,7 @@ import {
   type ControlPlaneConfigInput,
 } from '../../control-plane/config';
 import { enrollHost } from '../../control-plane/hosts';
-import { createControlPlaneWorker, ensurePools } from '../../control-plane/worker';
+import { createControlPlaneWorker, ensurePools, type ControlPlaneWorkers } from '../../control-plane/worker';
 import {
   generateHostCredential,
   publicKeys,
@@ -149,7 +148,7 @@ export async function startFleet(name: string, opts: FleetOptions = {}): Promise
   const procs: HostProcess[] = [];
   const credentials = new Map<string, HostCredential>();
   const hostConfigs = new Map<string, string>();
-  let worker: Worker | undefined;
+  let worker: ControlPlaneWorkers | undefined;
   let running: Promise<void> | undefined;
   let proc: HostProcess | undefined;
 
