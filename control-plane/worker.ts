@@ -2,8 +2,9 @@
  * The control-plane workers: one for the long-lived workflows (schedulers, devices, hosts) on
  * `controlTaskQueue`, one for the task workflows on their own queue, each with its own workflow
  * cache, both with the control-plane activities. Queued tasks are most of the workflows and each
- * costs memory while cached; on one worker they pushed the long-lived ones out (a device or a
- * scheduler then replays thousands of events) and grew the process past 1.3 GiB at 10,000 queued.
+ * costs memory while cached; sharing one cache, they filled it (it keeps whatever ran last, so a
+ * device idle for a while could be pushed out and replay thousands of events) and grew the process
+ * past 1.3 GiB at 10,000 queued (BENCHMARKS.md, P5).
  */
 import { type Client } from '@temporalio/client';
 import { bundleWorkflowCode, Runtime, Worker, type NativeConnection, type WorkflowBundle } from '@temporalio/worker';
