@@ -69,7 +69,7 @@ export const ControlPlaneConfigSchema = z.object({
   maxCachedWorkflows: z.number().int().positive().optional(),
   /**
    * Task workflows kept in memory (the worker on the task workflows' queue). A queued task that was
-   * pushed out replays about 20 events when its device comes; every one kept costs about 0.3 MiB.
+   * pushed out replays about 20 events when its device comes; every one kept costs about 0.5 MiB.
    * About the number of devices keeps every running task in memory (README, "Configuration";
    * BENCHMARKS.md, P5).
    */

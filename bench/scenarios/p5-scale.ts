@@ -24,6 +24,7 @@ import {
   mapLimit,
   round,
   rssMiB,
+  sleep,
   summarize,
   TimeoutError,
   waitUntil,
@@ -97,6 +98,10 @@ interface QueuePhase {
   cycleStarts: number;
   /** Each cycle cut into its legs, from the server's timestamps in the histories (ms, p50 per leg). */
   legs: Record<string, Summary>;
+  /** Waiting, before the device is added, for the server to finish what the fill left it (CPU below SETTLED_CORES). */
+  settle: { ms: number; cores: number };
+  /** CPU cores used while the cycles ran (device added -> last start). */
+  cycleCores: { server: number; controlPlane: number };
   schedulerWftWorkMs: Summary;
   schedulerWftWaitMs: Summary;
   schedulerRuns: number;
@@ -231,6 +236,27 @@ async function cycleLegs(
   return Object.fromEntries(names.map((n, k) => [n, summarize(legs[k], 0)]));
 }
 
+/** The server counts as settled when a second of it uses less than this many cores. */
+const SETTLED_CORES = 0.3;
+
+/**
+ * Waits (at most 60 s) until the server's CPU over one second falls below SETTLED_CORES: a fill
+ * leaves the server work to finish (transfer and visibility tasks of thousands of starts), and a
+ * cycle timed during that measures the fill's aftermath rather than the queue's size.
+ */
+async function settleServer(cpu: CpuMeter): Promise<{ ms: number; cores: number }> {
+  const t0 = Date.now();
+  let cores = NaN;
+  while (Date.now() - t0 < 60_000) {
+    const m = cpu.mark();
+    await sleep(1_000);
+    const u = cpu.since(m);
+    cores = round(u.serverSec / u.wallSec, 2);
+    if (!(cores >= SETTLED_CORES)) break; // NaN (server pid unknown) counts as settled
+  }
+  return { ms: Date.now() - t0, cores };
+}
+
 async function queuePhase(
   bf: BenchFleet,
   pool: string,
@@ -240,6 +266,7 @@ async function queuePhase(
   budgetMs: number,
   cpPid: number,
   metricsAddress: string,
+  cpu: CpuMeter,
 ): Promise<QueuePhase> {
   const driverType = 'p5match';
   const t0 = Date.now();
@@ -276,12 +303,16 @@ async function queuePhase(
   const hostId = `m-${pool}`;
   const tasksQueue = taskWorkflowQueue(bf.config);
   const cacheBefore = await stickyCache(metricsAddress, tasksQueue);
+  const settle = await settleServer(cpu);
+  log(`  ${pool}: server settled in ${settle.ms} ms (last second: ${settle.cores} cores)`);
+  const cycleMark = cpu.mark();
   const tAdd = performance.now();
   await bf.addHost(hostId, ['d0'], { pool, driverType });
   const mine = () => bf.recorder.all.filter((r) => r.hostId === hostId);
   await waitUntil(() => (mine().length >= cycles + 1 ? true : undefined), `${cycles + 1} starts on ${hostId}`, 60_000 + cycles * 10_000, 50).catch(
     (err: unknown) => log(`  ${String(err)}`),
   );
+  const cycleCpu = cpu.since(cycleMark);
   await bf.stopHost(hostId);
   const cacheAfter = await stickyCache(metricsAddress, tasksQueue);
   const starts = mine();
@@ -328,6 +359,11 @@ async function queuePhase(
     cycles: summarize(gaps),
     cycleStarts: starts.length,
     legs,
+    settle,
+    cycleCores: {
+      server: round(cycleCpu.serverSec / cycleCpu.wallSec, 2),
+      controlPlane: round((cycleCpu.extra.controlPlane ?? NaN) / cycleCpu.wallSec, 2),
+    },
     schedulerWftWorkMs: summarize(wft.workMs),
     schedulerWftWaitMs: summarize(wft.waitMs),
     schedulerRuns: runs.length,
@@ -416,8 +452,8 @@ export const p5Scale: Scenario = async (be, o) => {
     const mark = cpu.mark();
     const budgetMs = o.p5FillBudgetMs;
     const [small, large] = bf.pools;
-    phases.push(await queuePhase(bf, small, 100, o.p5Cycles, o.concurrency, budgetMs, cp.pid, metricsAddress));
-    phases.push(await queuePhase(bf, large, big, o.p5Cycles, o.concurrency, budgetMs, cp.pid, metricsAddress));
+    phases.push(await queuePhase(bf, small, 100, o.p5Cycles, o.concurrency, budgetMs, cp.pid, metricsAddress, cpu));
+    phases.push(await queuePhase(bf, large, big, o.p5Cycles, o.concurrency, budgetMs, cp.pid, metricsAddress, cpu));
     cpuUse = cpu.since(mark);
   } finally {
     await bf.stop();
@@ -443,6 +479,14 @@ export const p5Scale: Scenario = async (be, o) => {
         met: cycleRatio <= 1.5,
       },
       { metric: `decision cycle p90 (ms): 100 -> ${n}`, fleet: `${s.cycles.p90} -> ${l.cycles.p90}`, baseline: baseCycles.p90 },
+      {
+        metric: `  before the cycles: server settled (ms; < ${SETTLED_CORES} cores over a second), 100 -> ${n}`,
+        fleet: `${s.settle.ms} -> ${l.settle.ms}`,
+      },
+      {
+        metric: `  CPU cores during the cycles, server / control plane: 100 -> ${n}`,
+        fleet: `${s.cycleCores.server} / ${s.cycleCores.controlPlane} -> ${l.cycleCores.server} / ${l.cycleCores.controlPlane}`,
+      },
       ...Object.keys(l.legs).map((k) => ({
         metric: `  ${k}, p50 (ms): 100 -> ${n}`,
         fleet: `${s.legs[k]?.p50 ?? 'n/a'} -> ${l.legs[k].p50}`,
