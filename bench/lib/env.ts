@@ -85,3 +85,42 @@ export function diffCounts(after: Map<string, number>, before: Map<string, numbe
   }
   return out;
 }
+
+/** One server histogram series: calls and seconds spent, summed over every label but these. */
+export interface OpTime {
+  count: number;
+  sec: number;
+}
+
+/**
+ * The server's own latency histograms (`persistence_latency`, `service_latency`,
+ * `task_latency_processing`), by `<metric> <service>/<operation>`, from its Prometheus endpoint.
+ * Diff two readings to see where the server spent its time in between.
+ */
+export async function serverOpTimes(metricsUrl: string): Promise<Map<string, OpTime>> {
+  const text = await (await fetch(metricsUrl)).text();
+  const out = new Map<string, OpTime>();
+  for (const line of text.split('\n')) {
+    const m = /^(persistence_latency|service_latency|task_latency_processing)_(sum|count)\{([^}]*)\}\s+(\S+)$/.exec(line);
+    if (!m) continue;
+    const op = /operation="([^"]+)"/.exec(m[3])?.[1] ?? '?';
+    const svc = /service_name="([^"]+)"/.exec(m[3])?.[1] ?? '?';
+    const key = `${m[1]} ${svc}/${op}`;
+    const v = Number(m[4]);
+    if (!Number.isFinite(v)) continue;
+    const cur = out.get(key) ?? { count: 0, sec: 0 };
+    if (m[2] === 'sum') cur.sec += v;
+    else cur.count += v;
+    out.set(key, cur);
+  }
+  return out;
+}
+
+export function diffOpTimes(after: Map<string, OpTime>, before: Map<string, OpTime>): Map<string, OpTime> {
+  const out = new Map<string, OpTime>();
+  for (const [k, v] of after) {
+    const b = before.get(k) ?? { count: 0, sec: 0 };
+    if (v.count - b.count > 0) out.set(k, { count: v.count - b.count, sec: v.sec - b.sec });
+  }
+  return out;
+}

@@ -16,6 +16,7 @@ import { startBaseline } from '../lib/baseline';
 import { CpuMeter } from '../lib/cpu';
 import { startBenchFleet, type BenchFleet } from '../lib/fleet';
 import { eventMs, eventTypeName, fetchRuns, workflowTaskTimings, type Run } from '../lib/history';
+import { diffOpTimes, serverOpTimes, type OpTime } from '../lib/env';
 import { SUBMIT_TIMEOUT_MS } from '../lib/load';
 import { spawnControlPlaneProcess, stopProc } from '../lib/procs';
 import {
@@ -100,6 +101,11 @@ interface QueuePhase {
   legs: Record<string, Summary>;
   /** Waiting, before the device is added, for the server to finish what the fill left it (CPU below SETTLED_CORES). */
   settle: { ms: number; cores: number };
+  /**
+   * The server's latency histograms over the cycles, per cycle: calls and ms spent, by
+   * `<histogram> <service>/<operation>` (long polls left out).
+   */
+  serverOps: Record<string, { calls: number; ms: number }>;
   /** CPU cores used while the cycles ran (device added -> last start). */
   cycleCores: { server: number; controlPlane: number };
   schedulerWftWorkMs: Summary;
@@ -236,6 +242,15 @@ async function cycleLegs(
   return Object.fromEntries(names.map((n, k) => [n, summarize(legs[k], 0)]));
 }
 
+function perCycle(ops: Map<string, OpTime>, cycles: number): Record<string, { calls: number; ms: number }> {
+  const out: Record<string, { calls: number; ms: number }> = {};
+  for (const [k, v] of ops) {
+    if (/Poll|GetTaskQueueUserData/.test(k)) continue; // long polls: they wait, they do not work
+    out[k] = { calls: round(v.count / cycles, 1), ms: round((v.sec * 1000) / cycles, 2) };
+  }
+  return out;
+}
+
 /** The server counts as settled when a second of it uses less than this many cores. */
 const SETTLED_CORES = 0.3;
 
@@ -267,6 +282,7 @@ async function queuePhase(
   cpPid: number,
   metricsAddress: string,
   cpu: CpuMeter,
+  serverMetricsUrl: string,
 ): Promise<QueuePhase> {
   const driverType = 'p5match';
   const t0 = Date.now();
@@ -305,6 +321,7 @@ async function queuePhase(
   const cacheBefore = await stickyCache(metricsAddress, tasksQueue);
   const settle = await settleServer(cpu);
   log(`  ${pool}: server settled in ${settle.ms} ms (last second: ${settle.cores} cores)`);
+  const opsBefore = await serverOpTimes(serverMetricsUrl);
   const cycleMark = cpu.mark();
   const tAdd = performance.now();
   await bf.addHost(hostId, ['d0'], { pool, driverType });
@@ -313,6 +330,7 @@ async function queuePhase(
     (err: unknown) => log(`  ${String(err)}`),
   );
   const cycleCpu = cpu.since(cycleMark);
+  const ops = diffOpTimes(await serverOpTimes(serverMetricsUrl), opsBefore);
   await bf.stopHost(hostId);
   const cacheAfter = await stickyCache(metricsAddress, tasksQueue);
   const starts = mine();
@@ -360,6 +378,7 @@ async function queuePhase(
     cycleStarts: starts.length,
     legs,
     settle,
+    serverOps: perCycle(ops, Math.max(1, starts.length - 1)),
     cycleCores: {
       server: round(cycleCpu.serverSec / cycleCpu.wallSec, 2),
       controlPlane: round((cycleCpu.extra.controlPlane ?? NaN) / cycleCpu.wallSec, 2),
@@ -452,8 +471,8 @@ export const p5Scale: Scenario = async (be, o) => {
     const mark = cpu.mark();
     const budgetMs = o.p5FillBudgetMs;
     const [small, large] = bf.pools;
-    phases.push(await queuePhase(bf, small, 100, o.p5Cycles, o.concurrency, budgetMs, cp.pid, metricsAddress, cpu));
-    phases.push(await queuePhase(bf, large, big, o.p5Cycles, o.concurrency, budgetMs, cp.pid, metricsAddress, cpu));
+    phases.push(await queuePhase(bf, small, 100, o.p5Cycles, o.concurrency, budgetMs, cp.pid, metricsAddress, cpu, be.metricsUrl));
+    phases.push(await queuePhase(bf, large, big, o.p5Cycles, o.concurrency, budgetMs, cp.pid, metricsAddress, cpu, be.metricsUrl));
     cpuUse = cpu.since(mark);
   } finally {
     await bf.stop();
@@ -487,6 +506,17 @@ export const p5Scale: Scenario = async (be, o) => {
         metric: `  CPU cores during the cycles, server / control plane: 100 -> ${n}`,
         fleet: `${s.cycleCores.server} / ${s.cycleCores.controlPlane} -> ${l.cycleCores.server} / ${l.cycleCores.controlPlane}`,
       },
+      // Where the server's time per cycle went: the eight biggest at the large queue.
+      ...Object.entries(l.serverOps)
+        .sort((a, b) => b[1].ms - a[1].ms)
+        .slice(0, 8)
+        .map(([k, v]) => {
+          const sm = s.serverOps[k];
+          return {
+            metric: `  server ${k}: calls / ms per cycle, 100 -> ${n}`,
+            fleet: `${sm ? `${sm.calls} / ${sm.ms}` : '0 / 0'} -> ${v.calls} / ${v.ms}`,
+          };
+        }),
       ...Object.keys(l.legs).map((k) => ({
         metric: `  ${k}, p50 (ms): 100 -> ${n}`,
         fleet: `${s.legs[k]?.p50 ?? 'n/a'} -> ${l.legs[k].p50}`,
