@@ -4,7 +4,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
-import { DEFAULT_CONTROL_TASK_QUEUE, DEFAULT_POOL } from '../workflows/ids';
+import { DEFAULT_CONTROL_TASK_QUEUE, DEFAULT_POOL, hostTaskQueue } from '../workflows/ids';
 import { DEFAULT_POLICY, MAX_ATTEMPTS_LIMIT } from '../workflows/policy';
 import { hasStrategy, strategyNames } from '../workflows/strategies';
 import type { SchedulerInput } from '../workflows/scheduler';
@@ -59,6 +59,8 @@ export const ControlPlaneConfigSchema = z.object({
   /**
    * Task queue of the task workflows (default `<controlTaskQueue>.tasks`). The control plane polls
    * it with a worker of its own, so queued tasks never push the long-lived workflows out of memory.
+   * Do not change it while tasks run: the control plane polls only the current one (and the control
+   * queue, where tasks from before the split run).
    */
   taskWorkflowTaskQueue: z.string().min(1).optional(),
   /**
@@ -89,10 +91,18 @@ export function parseControlPlaneConfig(raw: unknown): ControlPlaneConfig {
     const lines = r.error.issues.map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`);
     throw new ConfigError(`invalid control-plane configuration:\n  ${lines.join('\n  ')}`);
   }
+  const queueProblems: string[] = [];
   if (r.data.taskWorkflowTaskQueue === r.data.controlTaskQueue) {
-    throw new ConfigError(
-      'invalid control-plane configuration:\n  taskWorkflowTaskQueue: must differ from controlTaskQueue (task workflows get a worker and a cache of their own)',
-    );
+    queueProblems.push('taskWorkflowTaskQueue: must differ from controlTaskQueue (task workflows get a worker and a cache of their own)');
+  }
+  const hostQueuePrefix = hostTaskQueue('');
+  for (const field of ['controlTaskQueue', 'taskWorkflowTaskQueue'] as const) {
+    if (r.data[field]?.startsWith(hostQueuePrefix)) {
+      queueProblems.push(`${field}: "${r.data[field]}" is a host's task queue (${hostQueuePrefix}<hostId>)`);
+    }
+  }
+  if (queueProblems.length > 0) {
+    throw new ConfigError(`invalid control-plane configuration:\n  ${queueProblems.join('\n  ')}`);
   }
   return r.data;
 }

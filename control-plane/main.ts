@@ -57,7 +57,7 @@ async function main(): Promise<void> {
   });
   // The SDK runtime already shuts the worker down on SIGINT/SIGTERM; this covers runtimes installed without that.
   const stop = () => {
-    if (worker.getState() === 'RUNNING') worker.shutdown();
+    worker.shutdown();
   };
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);

@@ -40,6 +40,7 @@ export interface ControlPlaneWorkers {
   readonly tasks: Worker;
   /** Runs both until both stop; if one fails, the other is shut down and the failure is thrown. */
   run(): Promise<void>;
+  /** Shuts down whichever is running; safe to call at any time and more than once. */
   shutdown(): void;
   /** RUNNING while both run; otherwise the state of the first that does not. */
   getState(): ReturnType<Worker['getState']>;
@@ -69,15 +70,24 @@ export async function createControlPlaneWorker(opts: ControlPlaneWorkerOptions):
   // Every workflow type is registered on both: the long-lived worker still serves task workflows
   // started on its queue by a control plane from before the split.
   const longLived = await make(opts.config.controlTaskQueue, opts.config.maxCachedWorkflows);
-  const tasks = await make(taskWorkflowQueue(opts.config), opts.config.maxCachedTasks);
+  let tasks: Worker;
+  try {
+    tasks = await make(taskWorkflowQueue(opts.config), opts.config.maxCachedTasks);
+  } catch (err) {
+    await longLived.runUntil(Promise.resolve()).catch(() => undefined); // releases its native worker
+    throw err;
+  }
   const both = [longLived, tasks];
+  let stopped = false;
   const shutdown = () => {
+    stopped = true;
     for (const w of both) if (w.getState() === 'RUNNING') w.shutdown();
   };
   return {
     longLived,
     tasks,
     async run() {
+      if (stopped) return; // shut down before it ran
       const results = await Promise.allSettled(
         both.map((w) =>
           w.run().catch((err: unknown) => {

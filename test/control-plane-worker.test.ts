@@ -3,6 +3,7 @@
  * a queue of their own, each with the workflow cache its configuration gives it.
  */
 import assert from 'node:assert/strict';
+import { FleetClient } from '../control-plane/client';
 import { ConfigError, parseControlPlaneConfig, taskWorkflowQueue } from '../control-plane/config';
 import { createControlPlaneWorker, type ControlPlaneWorkers } from '../control-plane/worker';
 import { deviceWorkflowId, schedulerWorkflowId, taskWorkflowId } from '../workflows/ids';
@@ -58,7 +59,26 @@ describe('control-plane workers', () => {
       () => parseControlPlaneConfig({ controlTaskQueue: 'q', taskWorkflowTaskQueue: 'q' }),
       /taskWorkflowTaskQueue: must differ from controlTaskQueue/,
     );
+    for (const field of ['controlTaskQueue', 'taskWorkflowTaskQueue']) {
+      assert.throws(() => parseControlPlaneConfig({ [field]: 'fleet.host.lab-1' }), new RegExp(`${field}: "fleet.host.lab-1" is a host's task queue`));
+    }
     assert.equal(taskWorkflowQueue(parseControlPlaneConfig({ controlTaskQueue: 'q', taskWorkflowTaskQueue: 'jobs' })), 'jobs');
+  });
+
+  it('shutdown is safe before run (run then returns at once) and more than once', async () => {
+    const w = await make({});
+    w.shutdown();
+    w.shutdown();
+    await w.run(); // returns: it was shut down before it ran
+    const again = await make({});
+    const running = again.run();
+    again.shutdown();
+    again.shutdown();
+    await running;
+    assert.notEqual(again.getState(), 'RUNNING');
+    // Both were created; release the first's native workers.
+    await w.longLived.runUntil(Promise.resolve());
+    await w.tasks.runUntil(Promise.resolve());
   });
 
   describe('on a running fleet', () => {
@@ -80,6 +100,19 @@ describe('control-plane workers', () => {
       assert.equal(await queueOf(schedulerWorkflowId(f.pool)), f.config.controlTaskQueue);
       const [{ hostId, deviceId }] = done.attempts;
       assert.equal(await queueOf(deviceWorkflowId(hostId, deviceId)), f.config.controlTaskQueue);
+    });
+
+    it('a task started on the control queue (by a submitter from before the split) still runs to its end', async () => {
+      f = await startFleet('oldqueue');
+      await f.addHost('o1', [{ deviceId: 'd1', driverType: 'sim' }]);
+      // A client configured as before: task workflows on the control queue.
+      const old = new FleetClient(f.client, { ...f.config, taskWorkflowTaskQueue: f.config.controlTaskQueue });
+      const view = await old.submit({ goal: 'open settings [sim duration=50]' });
+      assert.equal((await f.fleet.wait(view.taskId)).status, 'done');
+      assert.equal(
+        (await f.client.workflow.getHandle(taskWorkflowId(view.taskId)).describe()).taskQueue,
+        f.config.controlTaskQueue,
+      );
     });
   });
 });

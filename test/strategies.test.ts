@@ -3,7 +3,16 @@ import assert from 'node:assert/strict';
 import { ActivityFailure, ApplicationFailure, TimeoutFailure } from '@temporalio/common';
 import { parseControlPlaneConfig } from '../control-plane/config';
 import { backoffDelayMs, DEFAULT_POLICY, retryDelayMs, validateTaskInput } from '../workflows/policy';
-import { getStrategy, hasStrategy, matches, packQueue, registerStrategy, unpackQueue, type QueuedTask } from '../workflows/strategies';
+import {
+  constraintInterner,
+  getStrategy,
+  hasStrategy,
+  matches,
+  packQueue,
+  registerStrategy,
+  unpackQueue,
+  type QueuedTask,
+} from '../workflows/strategies';
 import { classifyActivityError } from '../workflows/task';
 import type { PoolDevice, TaskInput } from '../workflows/types';
 
@@ -112,6 +121,21 @@ describe('assignment strategies (pure)', () => {
       );
       assert.deepEqual(got('priority_aging'), plain(byEffective, free), `priority_aging, round ${round}`);
     }
+  });
+
+  it('the interner shares one object per set of string constraints, and never merges a null with a missing field', () => {
+    const intern = constraintInterner();
+    const a = intern({ driverType: 'adb', tags: ['gpu'] });
+    assert.equal(intern({ driverType: 'adb', tags: ['gpu'] }), a);
+    assert.notEqual(intern({ driverType: 'adb', tags: [] }), a);
+    const open = intern({ tags: [] });
+    // A null driverType (a task started around the client's validation) matches no device; a
+    // missing one matches every device: sharing one object would make the round treat them alike.
+    const nullType = { driverType: null, tags: [] } as unknown as QueuedTask['constraints'];
+    assert.equal(intern(nullType), nullType);
+    assert.equal(intern({ tags: [] }), open);
+    assert.ok(matches(open, dev('d1')));
+    assert.ok(!matches(nullType, dev('d1')));
   });
 
   it('a new strategy registered by name is usable by configuration alone', () => {

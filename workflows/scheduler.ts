@@ -50,7 +50,7 @@ import {
 import { FleetKind, FleetPool } from './search-attributes';
 import {
   byAge,
-  constraintKey,
+  constraintInterner,
   getStrategy,
   hasStrategy,
   packQueue,
@@ -60,7 +60,7 @@ import {
   type QueuedTask,
 } from './strategies';
 import type { HostPublicKeys } from './identity';
-import type { PoolDevice, ReleaseNote, TaskConstraints } from './types';
+import type { PoolDevice, ReleaseNote } from './types';
 
 interface Held {
   taskId: string;
@@ -148,17 +148,10 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   const queue: QueuedTask[] = c?.packedQueue ? unpackQueue(c.packedQueue) : [...(c?.queue ?? [])];
   /**
    * Equal constraints share one object in the queue, so a round skips every task whose constraints
-   * already matched no free device at one lookup (strategies.ts, greedy). One entry per distinct set
-   * of constraints seen in this run; a run is at most ~1,500 events long.
+   * already matched no free device at one lookup (strategies.ts, greedy). Seeded from the carried
+   * queue and grown by enqueues: one entry per distinct set of constraints this run has seen.
    */
-  const constraintsByKey = new Map<string, TaskConstraints>();
-  const intern = (k: TaskConstraints): TaskConstraints => {
-    const key = constraintKey(k);
-    const have = constraintsByKey.get(key);
-    if (have) return have;
-    constraintsByKey.set(key, k);
-    return k;
-  };
+  const intern = constraintInterner();
   for (const q of queue) q.constraints = intern(q.constraints);
   const devices = new Map<string, PoolDevice>((c?.devices ?? []).map((d) => [deviceKey(d.hostId, d.deviceId), d]));
   const held = new Map<string, Held>(c?.held ?? []);
@@ -223,6 +216,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   const send = (p: Promise<void>, onError: (err: unknown) => void): void => inFlight.track(p, onError);
 
   const insert = (t: QueuedTask): void => {
+    t.constraints = intern(t.constraints);
     let lo = 0;
     let hi = queue.length;
     while (lo < hi) {
@@ -308,7 +302,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     }
     insert({
       taskId: req.taskId,
-      constraints: intern(req.constraints),
+      constraints: req.constraints,
       priority: req.priority,
       submittedAt: req.submittedAt,
       enqueuedAt: Date.now(),

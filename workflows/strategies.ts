@@ -88,6 +88,30 @@ export function constraintKey(c: TaskConstraints): string {
   return JSON.stringify([c.driverType, c.tags, c.hostId, c.deviceId]);
 }
 
+const isPlainConstraints = (c: TaskConstraints): boolean =>
+  [c.driverType, c.hostId, c.deviceId].every((v) => v === undefined || typeof v === 'string') &&
+  Array.isArray(c.tags) &&
+  c.tags.every((t) => typeof t === 'string');
+
+/**
+ * Hands out one shared object per distinct set of constraints, so greedy's skip (below) covers
+ * every queued task with the same constraints. Only constraints made of strings are shared: the
+ * key cannot tell a `null` from a missing field (a task started around the client's validation
+ * could carry one), and such constraints keep their own object. It holds one entry per distinct
+ * set it was given.
+ */
+export function constraintInterner(): (c: TaskConstraints) => TaskConstraints {
+  const byKey = new Map<string, TaskConstraints>();
+  return (c) => {
+    if (!isPlainConstraints(c)) return c;
+    const key = constraintKey(c);
+    const have = byKey.get(key);
+    if (have) return have;
+    byKey.set(key, c);
+    return c;
+  };
+}
+
 /**
  * Greedy: walk tasks in the given order, give each the first matching free device.
  *

@@ -277,7 +277,7 @@ export async function startBenchFleet(be: BenchEnv, opts: BenchFleetOptions): Pr
     async stop() {
       await Promise.all([...hosts.values()].map((h) => h.stop().catch(() => undefined)));
       hosts.clear();
-      if (worker && worker.getState() === 'RUNNING') worker.shutdown();
+      worker?.shutdown();
       await running?.catch(() => undefined);
       if (cpProc) await stopProc(cpProc, 10_000);
     },

@@ -173,7 +173,7 @@ export async function startFleet(name: string, opts: FleetOptions = {}): Promise
       await proc.exited;
       proc = undefined;
     }
-    if (worker && worker.getState() === 'RUNNING') worker.shutdown();
+    worker?.shutdown();
     await running;
     worker = undefined;
   };
