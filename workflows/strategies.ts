@@ -84,7 +84,7 @@ export function matches(constraints: TaskConstraints, device: PoolDevice): boole
 }
 
 /** One string per distinct set of constraints (equal constraints, equal key). */
-export function constraintKey(c: TaskConstraints): string {
+function constraintKey(c: TaskConstraints): string {
   return JSON.stringify([c.driverType, c.tags, c.hostId, c.deviceId]);
 }
 

@@ -349,14 +349,10 @@ async function queuePhase(
     r.events.forEach((e, i) => {
       const a = e.workflowExecutionSignaledEventAttributes;
       if (a?.signalName !== 'enqueueTask') return;
-      try {
-        const req = JSON.parse(Buffer.from(a.input?.payloads?.[0]?.data ?? []).toString()) as { taskId: string };
-        if (!lost.has(req.taskId)) return;
-        where.runs.push(ri);
-        where.enqueueEventsBeforeContinueAsNew.push(can >= 0 ? can - i : -1);
-      } catch {
-        // not JSON
-      }
+      const taskId = signalTaskId(a.input);
+      if (taskId === undefined || !lost.has(taskId)) return;
+      where.runs.push(ri);
+      where.enqueueEventsBeforeContinueAsNew.push(can >= 0 ? can - i : -1);
     });
   });
   const largest = carries(runs).sort((a, b) => b.bytes - a.bytes)[0];
