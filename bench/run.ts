@@ -17,10 +17,10 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { devServerTuningArgs } from '../control-plane/temporal-cli';
 import { startBenchEnv, type BenchEnv } from './lib/env';
-import { longLivedWorkflows, setHostPollers } from './lib/fleet';
+import { longLivedWorkflows, retireFleets, setHostPollers } from './lib/fleet';
 import { log } from './lib/util';
 import { formatMarkdown, formatTable, writeReport, type Report } from './report';
-import { historyCheck } from './scenarios/history-check';
+import { HistoryTally } from './scenarios/history-check';
 import { memory } from './scenarios/memory';
 import { p1Throughput } from './scenarios/p1-throughput';
 import { p2Latency } from './scenarios/p2-latency';
@@ -168,6 +168,7 @@ async function main(): Promise<void> {
     writeReport(out, report);
     writeFileSync(out.replace(/\.json$/, '.md'), formatMarkdown(results) + '\n');
   };
+  const histories = new HistoryTally();
   try {
     for (const id of scenarios) {
       const t0 = Date.now();
@@ -180,16 +181,21 @@ async function main(): Promise<void> {
         log(`${id} failed: ${(err as Error)?.stack ?? String(err)}`);
         results.push({ id, title: 'failed', rows: [], notes: [], details: {}, error: String(err), durationMs: Date.now() - t0 });
       }
+      // The scenario's long-lived histories, then its fleet off the server before the next one.
+      try {
+        await histories.measure(be, longLivedWorkflows);
+      } catch (err) {
+        log(`history check after ${id} failed: ${String(err)}`);
+      }
+      const t1 = Date.now();
+      const terminated = await retireFleets(be.env.client).catch((err) => {
+        log(`retiring ${id}'s fleet failed: ${String(err)}`);
+        return 0;
+      });
+      log(`${id}: terminated the ${terminated} workflows its fleet left running, in ${Date.now() - t1} ms`);
       write();
     }
-    if (longLivedWorkflows.size > 0) {
-      log('=== history length of every long-lived workflow ===');
-      try {
-        results.push(await historyCheck(be, [...longLivedWorkflows]));
-      } catch (err) {
-        results.push({ id: 'P5h', title: 'history check failed', rows: [], notes: [], details: {}, error: String(err) });
-      }
-    }
+    if (!histories.empty) results.push(histories.result());
   } finally {
     write(new Date().toISOString());
     console.log(formatTable(results));

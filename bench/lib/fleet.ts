@@ -10,6 +10,7 @@ import { Worker, type WorkerOptions } from '@temporalio/worker';
 import { FleetClient } from '../../control-plane/client';
 import {
   parseControlPlaneConfig,
+  taskWorkflowQueue,
   type ControlPlaneConfig,
   type ControlPlaneConfigInput,
 } from '../../control-plane/config';
@@ -54,6 +55,45 @@ export const currentHostPollers = (): number | undefined => hostPollers;
 // ---- every long-lived workflow the run created, for the history-length check at the end ----
 
 export const longLivedWorkflows = new Set<string>();
+
+// ---- retiring a scenario's fleet ----
+
+/** The control and task-workflow queues of every fleet started and not yet retired. */
+const openQueues = new Set<string>();
+
+/**
+ * Terminates every workflow still running on the task queues of the fleets started since the last
+ * call (schedulers, devices, hosts, tasks left queued), so nothing of one scenario keeps working on
+ * the server during the next. A fleet whose workers have stopped is not idle: its host watchdogs
+ * fire, the hosts go offline, devices and schedulers are signalled, and each of those workflow
+ * tasks goes to a queue nobody polls (and from a dead worker's sticky queue back to the normal one).
+ * Run between scenarios (bench/run.ts), after a scenario has read its histories. Returns how many
+ * workflows it terminated.
+ */
+export async function retireFleets(client: Client): Promise<number> {
+  const queues = [...openQueues];
+  openQueues.clear();
+  let terminated = 0;
+  for (const q of queues) {
+    // Visibility lags behind a start by a moment; list until a pass finds nothing running.
+    for (let pass = 0; pass < 5; pass++) {
+      const ids: string[] = [];
+      for await (const wf of client.workflow.list({ query: `TaskQueue = '${q}' AND ExecutionStatus = 'Running'` })) {
+        ids.push(wf.workflowId);
+      }
+      if (ids.length === 0) break;
+      await mapLimit(ids, 16, async (id) => {
+        try {
+          await client.workflow.getHandle(id).terminate('bench scenario done');
+          terminated++;
+        } catch {
+          // already closed
+        }
+      });
+    }
+  }
+  return terminated;
+}
 
 // ---- the zero-length runner ----
 
@@ -201,6 +241,8 @@ export async function startBenchFleet(be: BenchEnv, opts: BenchFleetOptions): Pr
     await ensurePools(client, config);
   }
   for (const p of pools) longLivedWorkflows.add(schedulerWorkflowId(p));
+  openQueues.add(config.controlTaskQueue);
+  openQueues.add(taskWorkflowQueue(config));
 
   const enroll = async (hostId: string, hostPool = pool): Promise<HostCredential> => {
     const credential = generateHostCredential(hostId);
