@@ -8,7 +8,12 @@
  *   flags: --scenario P1,P2,P3,P4,P5,MEM  --tasks N  --hosts H  --devices D  --pollers N|default  --fill-budget-s S
  *          --concurrency C  --samples N  --p3-tasks N  --queue N  --cycles N
  *          --lease-ms MS  --mem-tasks N  --snapshot-ms MS  --server-tuning on|off
- *          --control-plane in-process|process  --p5-cache N  --out PATH
+ *          --control-plane in-process|process  --p5-cache N  --server per-scenario|shared  --out PATH
+ *
+ * Each scenario gets a fresh dev server (--server per-scenario, the default): its fleet and its
+ * baselines share that server, and nothing a scenario before it left (open workflows, a larger
+ * database) weighs on it. --server shared runs every scenario on one server, terminating each
+ * scenario's fleet before the next.
  */
 import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
@@ -17,7 +22,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { devServerTuningArgs } from '../control-plane/temporal-cli';
 import { startBenchEnv, type BenchEnv } from './lib/env';
-import { longLivedWorkflows, retireFleets, setHostPollers } from './lib/fleet';
+import { forgetFleets, longLivedWorkflows, retireFleets, setHostPollers } from './lib/fleet';
 import { log } from './lib/util';
 import { formatMarkdown, formatTable, writeReport, type Report } from './report';
 import { HistoryTally } from './scenarios/history-check';
@@ -31,7 +36,9 @@ import type { BenchOptions, Scenario, ScenarioResult } from './scenarios/types';
 
 const SCENARIOS: Record<string, Scenario> = { P1: p1Throughput, P2: p2Latency, P3: p3Cost, P4: p4Recovery, P5: p5Scale, MEM: memory };
 
-function options(): { opts: BenchOptions; scenarios: string[]; out: string } {
+type ServerMode = 'per-scenario' | 'shared';
+
+function options(): { opts: BenchOptions; scenarios: string[]; out: string; server: ServerMode } {
   const { values } = parseArgs({
     options: {
       scenario: { type: 'string' },
@@ -52,6 +59,7 @@ function options(): { opts: BenchOptions; scenarios: string[]; out: string } {
       'snapshot-ms': { type: 'string' },
       'server-tuning': { type: 'string' },
       'control-plane': { type: 'string' },
+      server: { type: 'string' },
       out: { type: 'string' },
     },
   });
@@ -99,7 +107,9 @@ function options(): { opts: BenchOptions; scenarios: string[]; out: string } {
     .map((s) => s.trim().toUpperCase())
     .filter(Boolean);
   for (const s of scenarios) if (!SCENARIOS[s]) throw new Error(`unknown scenario ${s}; known: ${Object.keys(SCENARIOS).join(', ')}`);
-  return { opts, scenarios, out: values.out ?? join(__dirname, 'results', 'latest.json') };
+  const server = values.server ?? 'per-scenario';
+  if (server !== 'per-scenario' && server !== 'shared') throw new Error(`--server takes per-scenario or shared, not "${server}"`);
+  return { opts, scenarios, out: values.out ?? join(__dirname, 'results', 'latest.json'), server };
 }
 
 function controlPlaneMode(v: string | undefined): BenchOptions['controlPlane'] {
@@ -136,13 +146,13 @@ function machine(be: BenchEnv | undefined): Record<string, unknown> {
 }
 
 async function main(): Promise<void> {
-  const { opts, scenarios, out } = options();
+  const { opts, scenarios, out, server } = options();
   const startedAt = new Date().toISOString();
   const command = `npm run bench --${process.argv.slice(2).length ? ' ' + process.argv.slice(2).join(' ') : ''}`;
   const before = { machine: machine(undefined), busiest: busiestProcesses() };
   setHostPollers(opts.pollers);
   log(`options ${JSON.stringify(opts)}; scenarios ${scenarios.join(',')}`);
-  const be = await startBenchEnv();
+  let be = await startBenchEnv();
   const results: ScenarioResult[] = [];
   const onSignal = (signal: string) => {
     log(`${signal}: writing what was measured so far and stopping the dev server`);
@@ -161,7 +171,7 @@ async function main(): Promise<void> {
       startedAt,
       finishedAt: finishedAt ?? '(running)',
       command,
-      options: { ...opts, hostPollers: opts.pollers ?? 'SDK default (min(10, devices))', scenarios },
+      options: { ...opts, hostPollers: opts.pollers ?? 'SDK default (min(10, devices))', scenarios, server },
       machine: { ...machine(be), atStart: before, atEnd: finishedAt ? busiestProcesses() : undefined },
       results,
     };
@@ -170,7 +180,12 @@ async function main(): Promise<void> {
   };
   const histories = new HistoryTally();
   try {
-    for (const id of scenarios) {
+    for (const [i, id] of scenarios.entries()) {
+      if (i > 0 && server === 'per-scenario') {
+        forgetFleets();
+        await be.env.teardown();
+        be = await startBenchEnv(be);
+      }
       const t0 = Date.now();
       log(`=== ${id} ===`);
       try {
@@ -181,18 +196,20 @@ async function main(): Promise<void> {
         log(`${id} failed: ${(err as Error)?.stack ?? String(err)}`);
         results.push({ id, title: 'failed', rows: [], notes: [], details: {}, error: String(err), durationMs: Date.now() - t0 });
       }
-      // The scenario's long-lived histories, then its fleet off the server before the next one.
+      // The scenario's long-lived histories, read before its server goes or its fleet is retired.
       try {
         await histories.measure(be, longLivedWorkflows);
       } catch (err) {
         log(`history check after ${id} failed: ${String(err)}`);
       }
-      const t1 = Date.now();
-      const terminated = await retireFleets(be.env.client).catch((err) => {
-        log(`retiring ${id}'s fleet failed: ${String(err)}`);
-        return 0;
-      });
-      log(`${id}: terminated the ${terminated} workflows its fleet left running, in ${Date.now() - t1} ms`);
+      if (server === 'shared' && i < scenarios.length - 1) {
+        const t1 = Date.now();
+        const terminated = await retireFleets(be.env.client).catch((err) => {
+          log(`retiring ${id}'s fleet failed: ${String(err)}`);
+          return 0;
+        });
+        log(`${id}: terminated the ${terminated} workflows its fleet left running, in ${Date.now() - t1} ms`);
+      }
       write();
     }
     if (!histories.empty) results.push(histories.result());

@@ -23,8 +23,17 @@ export interface BenchEnv {
   cpu: CpuMeter;
 }
 
-export async function startBenchEnv(): Promise<BenchEnv> {
-  Runtime.install({ logger: new DefaultLogger(process.env.BENCH_LOG === '1' ? 'INFO' : 'ERROR') });
+let runtimeInstalled = false;
+
+/**
+ * A fresh dev server and its connections. `reuse` passes on the bundles of an earlier environment
+ * (bench/run.ts starts one server per scenario, so no scenario runs on another's leftovers).
+ */
+export async function startBenchEnv(reuse?: Pick<BenchEnv, 'fleetBundle' | 'baselineBundle'>): Promise<BenchEnv> {
+  if (!runtimeInstalled) {
+    Runtime.install({ logger: new DefaultLogger(process.env.BENCH_LOG === '1' ? 'INFO' : 'ERROR') });
+    runtimeInstalled = true;
+  }
   const path = temporalCliPath();
   const temporalVersion = execFileSync(path, ['--version'], { encoding: 'utf8' }).trim();
   const metricsPort = await freePort();
@@ -38,15 +47,19 @@ export async function startBenchEnv(): Promise<BenchEnv> {
         extraArgs: ['--log-level', 'error', '--metrics-port', String(metricsPort), ...devServerTuningArgs()],
       },
     }),
-    bundleWorkflowCode({
-      workflowsPath: require.resolve('../../workflows'),
-      preloadModules: WORKFLOW_PRELOAD_MODULES,
-      logger: new DefaultLogger('ERROR'),
-    }),
-    bundleWorkflowCode({ workflowsPath: require.resolve('../baseline-workflows'), logger: new DefaultLogger('ERROR') }),
+    reuse?.fleetBundle ??
+      bundleWorkflowCode({
+        workflowsPath: require.resolve('../../workflows'),
+        preloadModules: WORKFLOW_PRELOAD_MODULES,
+        logger: new DefaultLogger('ERROR'),
+      }),
+    reuse?.baselineBundle ??
+      bundleWorkflowCode({ workflowsPath: require.resolve('../baseline-workflows'), logger: new DefaultLogger('ERROR') }),
   ]);
   const serverPid = findServerPid(Number(env.address.split(':').pop()));
-  log(`dev server ${env.address} (pid ${serverPid}) up and bundles built in ${Date.now() - started} ms (${temporalVersion})`);
+  log(
+    `dev server ${env.address} (pid ${serverPid}) up${reuse ? '' : ' and bundles built'} in ${Date.now() - started} ms (${temporalVersion})`,
+  );
   return {
     cpu: new CpuMeter(serverPid),
     env,

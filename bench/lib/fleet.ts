@@ -61,14 +61,19 @@ export const longLivedWorkflows = new Set<string>();
 /** The control and task-workflow queues of every fleet started and not yet retired. */
 const openQueues = new Set<string>();
 
+/** Forgets the open fleets without touching them (their server is about to go). */
+export function forgetFleets(): void {
+  openQueues.clear();
+}
+
 /**
  * Terminates every workflow still running on the task queues of the fleets started since the last
  * call (schedulers, devices, hosts, tasks left queued), so nothing of one scenario keeps working on
  * the server during the next. A fleet whose workers have stopped is not idle: its host watchdogs
  * fire, the hosts go offline, devices and schedulers are signalled, and each of those workflow
  * tasks goes to a queue nobody polls (and from a dead worker's sticky queue back to the normal one).
- * Run between scenarios (bench/run.ts), after a scenario has read its histories. Returns how many
- * workflows it terminated.
+ * Run between scenarios (bench/run.ts --server shared), after a scenario has read its histories.
+ * Returns how many workflows it terminated.
  */
 export async function retireFleets(client: Client): Promise<number> {
   const queues = [...openQueues];
