@@ -60,6 +60,12 @@ export async function baselineLeaseWorkflow(input: BaselineLeaseInput): Promise<
 export interface ShapeHop {
   task: string;
   device: string;
+  /**
+   * The scheduler relay tells the task itself, in the same workflow task as the device relay, and
+   * the device relay only takes note: the device off the task's path (a P2 variant, measured to
+   * see what a hop less would give; the fleet does not work this way).
+   */
+  direct?: boolean;
 }
 
 /** To a relay: pass this hop on. */
@@ -74,6 +80,10 @@ export interface ShapeInput extends BaselineInput {
   scheduler: string;
   /** The device's place: the relay workflow the scheduler relay passes this task to. */
   device: string;
+  /** See ShapeHop.direct. */
+  direct?: boolean;
+  /** The submitter signals the scheduler relay after the start; the task sends nothing first. */
+  clientEnqueue?: boolean;
 }
 
 /**
@@ -88,7 +98,9 @@ export async function shapeTaskWorkflow(input: ShapeInput): Promise<void> {
     go = true;
   });
   const scheduler = getExternalWorkflowHandle(input.scheduler);
-  await scheduler.signal(shapeHopSignal, { task: workflowInfo().workflowId, device: input.device });
+  if (!input.clientEnqueue) {
+    await scheduler.signal(shapeHopSignal, { task: workflowInfo().workflowId, device: input.device, direct: input.direct });
+  }
   await condition(() => go);
   const { run } = proxyActivities<BaselineActivities>({
     taskQueue: input.taskQueue,
@@ -116,7 +128,12 @@ export async function shapeSchedulerWorkflow(carried: ShapeHop[] = []): Promise<
   for (;;) {
     await condition(() => pending.length > 0);
     const batch = pending.splice(0);
-    await Promise.all(batch.map((h) => getExternalWorkflowHandle(h.device).signal(shapeHopSignal, h)));
+    await Promise.all(
+      batch.flatMap((h) => [
+        getExternalWorkflowHandle(h.device).signal(shapeHopSignal, h),
+        ...(h.direct ? [getExternalWorkflowHandle(h.task).signal(shapeGoSignal)] : []),
+      ]),
+    );
     if (workflowInfo().historyLength >= SHAPE_ROLL_EVENTS) await continueAsNew<typeof shapeSchedulerWorkflow>(pending);
   }
 }
@@ -129,7 +146,7 @@ export async function shapeDeviceWorkflow(): Promise<void> {
   });
   for (;;) {
     await condition(() => pending.length > 0);
-    const batch = pending.splice(0);
+    const batch = pending.splice(0).filter((h) => !h.direct);
     await Promise.all(batch.map((h) => getExternalWorkflowHandle(h.task).signal(shapeGoSignal)));
   }
 }

@@ -4,14 +4,21 @@
  * activities (= devices) and the same poller count as the fleet's hosts.
  */
 import { Worker } from '@temporalio/worker';
-import type {
-  BaselineActivities,
-  baselineTaskWorkflow,
-  shapeTaskWorkflow,
+import {
+  shapeHopSignal,
+  type BaselineActivities,
+  type baselineTaskWorkflow,
+  type ShapeHop,
+  type shapeTaskWorkflow,
 } from '../baseline-workflows';
 import type { BenchEnv } from './env';
 import { currentHostPollers } from './fleet';
 import { mapLimit, uid, waitUntil } from './util';
+
+export interface ShapeVariant {
+  direct?: boolean;
+  clientEnqueue?: boolean;
+}
 
 export interface BaselineFleet {
   workflowQueue: string;
@@ -25,8 +32,11 @@ export interface BaselineFleet {
    * place and `devices` in the devices' places (bench/baseline-workflows.ts).
    */
   startShape(devices: number): Promise<void>;
-  /** The baseline task through that shape (`shapeTaskWorkflow`), via device relay `i % devices`. */
-  submitShape(taskId: string, i: number): Promise<void>;
+  /**
+   * The baseline task through that shape (`shapeTaskWorkflow`), via device relay `i % devices`.
+   * `variant` takes hops off the path (P2 only; see ShapeHop.direct and ShapeInput.clientEnqueue).
+   */
+  submitShape(taskId: string, i: number, variant?: ShapeVariant): Promise<void>;
   workflowId(taskId: string): string;
   waitForCount(n: number, timeoutMs: number): Promise<true>;
   stop(): Promise<void>;
@@ -92,19 +102,17 @@ export async function startBaseline(be: BenchEnv, name: string, hosts: number, s
       shapeDevices.push(...Array.from({ length: devices }, (_, k) => `base/${suffix}/shape-device-${k}`));
       await mapLimit(shapeDevices, 10, (id) => start(id, 'shapeDeviceWorkflow'));
     },
-    async submitShape(taskId, i) {
+    async submitShape(taskId, i, variant = {}) {
+      const device = shapeDevices[i % shapeDevices.length];
       await be.env.client.workflow.start<typeof shapeTaskWorkflow>('shapeTaskWorkflow', {
         workflowId: workflowId(taskId),
         taskQueue: workflowQueue,
-        args: [
-          {
-            taskId,
-            taskQueue: hostQueues[i % hostQueues.length],
-            scheduler: shapeScheduler,
-            device: shapeDevices[i % shapeDevices.length],
-          },
-        ],
+        args: [{ taskId, taskQueue: hostQueues[i % hostQueues.length], scheduler: shapeScheduler, device, ...variant }],
       });
+      if (variant.clientEnqueue) {
+        const hop: ShapeHop = { task: workflowId(taskId), device, direct: variant.direct };
+        await be.env.client.workflow.getHandle(shapeScheduler).signal(shapeHopSignal, hop);
+      }
     },
     waitForCount: (n, timeoutMs) =>
       waitUntil(

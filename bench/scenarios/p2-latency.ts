@@ -21,6 +21,8 @@ export const p2Latency: Scenario = async (be, o) => {
   const base = await startBaseline(be, 'p2', o.hosts, o.devices);
   let b: Awaited<ReturnType<typeof closedLoop>>;
   let shape: Awaited<ReturnType<typeof closedLoop>>;
+  let direct: Awaited<ReturnType<typeof closedLoop>>;
+  let direct2: Awaited<ReturnType<typeof closedLoop>>;
   // Five warm-up tasks, then the samples, one at a time.
   const samples = (submit: (taskId: string, i: number) => Promise<void>, prefix: string) =>
     closedLoop(5, 100, (i) => submit(`warm-${prefix}-${i}`, i), (i) => base.starts.get(`warm-${prefix}-${i}`), 20_000).then(
@@ -40,6 +42,13 @@ export const p2Latency: Scenario = async (be, o) => {
     log(`P2 the fleet's shape with empty workflows: ${n} samples, one at a time`);
     await base.startShape(o.devices);
     shape = await samples(base.submitShape, 'p2s');
+    // What a hop less would give, measured rather than guessed (the fleet works like neither):
+    // the scheduler relay tells the task itself and the device relay only takes note (three
+    // workflow tasks in series); and that, with the submitter signalling the scheduler relay
+    // itself (the task's first workflow task off the path too).
+    log(`P2 the shape without the device on the path: ${n} samples; then with the enqueue from the submitter`);
+    direct = await samples((t, i) => base.submitShape(t, i, { direct: true }), 'p2d');
+    direct2 = await samples((t, i) => base.submitShape(t, i, { direct: true, clientEnqueue: true }), 'p2e');
   } finally {
     await base.stop();
   }
@@ -129,6 +138,8 @@ export const p2Latency: Scenario = async (be, o) => {
   const fsub = summarize(f.submitLatencies);
   const bsub = summarize(b.submitLatencies);
   const ss = summarize(shape.latencies);
+  const ds = summarize(direct.latencies);
+  const es = summarize(direct2.latencies);
   log(`  fleet p50 ${fs.p50} p99 ${fs.p99} ms; baseline p50 ${bs.p50} p99 ${bs.p99} ms`);
   return {
     id: 'P2',
@@ -145,6 +156,19 @@ export const p2Latency: Scenario = async (be, o) => {
         ratio: round(fs.p50 / ss.p50, 2),
       },
       { metric: '  shape samples missing (never started)', fleet: '', baseline: shape.missing },
+      {
+        metric:
+          '  the shape with the device off the path (scheduler relay signals the task and the device at once; 3 workflow tasks in series), p50 / p99 (ms)',
+        fleet: '',
+        baseline: `${ds.p50} / ${ds.p99}`,
+      },
+      {
+        metric:
+          '  the same, the submitter signalling the scheduler relay after the start (2 workflow tasks in series after it), p50 / p99 (ms)',
+        fleet: '',
+        baseline: `${es.p50} / ${es.p99}`,
+      },
+      { metric: '  variant samples missing (never started)', fleet: '', baseline: direct.missing + direct2.missing },
       { metric: 'submit call returns, p50 / p99 (ms; fleet: admitted)', fleet: `${fsub.p50} / ${fsub.p99}`, baseline: `${bsub.p50} / ${bsub.p99}` },
       { metric: 'samples missing (never started)', fleet: f.missing, baseline: b.missing },
       {
@@ -157,7 +181,8 @@ export const p2Latency: Scenario = async (be, o) => {
       `${n} samples, closed loop (one task at a time, ${gapMs} ms apart) after 5 warm-up tasks; latency measured in-process (performance.now)`,
       'breakdown rows: server timestamps from each sample task\'s history',
       "shape row: bench/baseline-workflows.ts shapeTaskWorkflow on the baseline's workers; its ratio = fleet p50 / shape p50",
+      'shape variants (ShapeHop.direct, ShapeInput.clientEnqueue): what a workflow task less in series would give; the fleet works like neither',
     ],
-    details: { fleet: fs, baseline: bs, shape: ss, fleetSubmit: fsub, baselineSubmit: bsub, breakdown, idleFleetCpu: idle, pool: bf.pool },
+    details: { fleet: fs, baseline: bs, shape: ss, shapeDeviceOffPath: ds, shapeDeviceOffPathClientEnqueue: es, fleetSubmit: fsub, baselineSubmit: bsub, breakdown, idleFleetCpu: idle, pool: bf.pool },
   };
 };
