@@ -7,8 +7,10 @@ import {
   condition,
   continueAsNew,
   defineSignal,
+  defineUpdate,
   getExternalWorkflowHandle,
   proxyActivities,
+  proxyLocalActivities,
   setHandler,
   workflowInfo,
 } from '@temporalio/workflow';
@@ -18,6 +20,14 @@ export interface BaselineActivities {
   run(taskId: string): Promise<void>;
   /** Holds the "device" for durationMs, heartbeating; used by the lease-recovery baseline. */
   hold(input: { taskId: string; durationMs: number; beatMs: number }): Promise<void>;
+}
+
+export interface ShapeActivities {
+  /**
+   * The shape's update variant (a local activity of the task's workflow worker): claims a device
+   * from the scheduler relay by an update, then reserves it on the device relay by another.
+   */
+  claim(hop: ShapeHop & { scheduler: string }): Promise<void>;
 }
 
 export interface BaselineInput {
@@ -74,6 +84,9 @@ export const shapeHopSignal = defineSignal<[ShapeHop]>('shapeHop');
 export const shapeGoSignal = defineSignal('shapeGo');
 /** To the scheduler relay when the task's activity is over (the fleet's taskReleased). */
 export const shapeReleasedSignal = defineSignal<[string]>('shapeReleased');
+/** The update variant: to the scheduler relay, then to the device relay; each answers at once. */
+export const shapeClaimUpdate = defineUpdate<string, [ShapeHop]>('shapeClaim');
+export const shapeReserveUpdate = defineUpdate<string, [ShapeHop]>('shapeReserve');
 
 export interface ShapeInput extends BaselineInput {
   /** The scheduler's place: one relay workflow per run. */
@@ -84,6 +97,12 @@ export interface ShapeInput extends BaselineInput {
   direct?: boolean;
   /** The submitter signals the scheduler relay after the start; the task sends nothing first. */
   clientEnqueue?: boolean;
+  /**
+   * No signals before the activity: the task's first workflow task runs a local activity that
+   * claims a device from the scheduler relay by an update and reserves it on the device relay by a
+   * second update, then schedules the activity in the same workflow task.
+   */
+  viaUpdates?: boolean;
 }
 
 /**
@@ -98,7 +117,11 @@ export async function shapeTaskWorkflow(input: ShapeInput): Promise<void> {
     go = true;
   });
   const scheduler = getExternalWorkflowHandle(input.scheduler);
-  if (!input.clientEnqueue) {
+  if (input.viaUpdates) {
+    const { claim } = proxyLocalActivities<ShapeActivities>({ startToCloseTimeout: '10 seconds' });
+    await claim({ task: workflowInfo().workflowId, device: input.device, scheduler: input.scheduler });
+    go = true;
+  } else if (!input.clientEnqueue) {
     await scheduler.signal(shapeHopSignal, { task: workflowInfo().workflowId, device: input.device, direct: input.direct });
   }
   await condition(() => go);
@@ -125,6 +148,7 @@ export async function shapeSchedulerWorkflow(carried: ShapeHop[] = []): Promise<
     pending.push(h);
   });
   setHandler(shapeReleasedSignal, () => undefined);
+  setHandler(shapeClaimUpdate, (h) => h.device);
   for (;;) {
     await condition(() => pending.length > 0);
     const batch = pending.splice(0);
@@ -144,6 +168,7 @@ export async function shapeDeviceWorkflow(): Promise<void> {
   setHandler(shapeHopSignal, (h) => {
     pending.push(h);
   });
+  setHandler(shapeReserveUpdate, (h) => h.task);
   for (;;) {
     await condition(() => pending.length > 0);
     const batch = pending.splice(0).filter((h) => !h.direct);

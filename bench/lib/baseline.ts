@@ -5,9 +5,12 @@
  */
 import { Worker } from '@temporalio/worker';
 import {
+  shapeClaimUpdate,
   shapeHopSignal,
+  shapeReserveUpdate,
   type BaselineActivities,
   type baselineTaskWorkflow,
+  type ShapeActivities,
   type ShapeHop,
   type shapeTaskWorkflow,
 } from '../baseline-workflows';
@@ -18,6 +21,7 @@ import { mapLimit, uid, waitUntil } from './util';
 export interface ShapeVariant {
   direct?: boolean;
   clientEnqueue?: boolean;
+  viaUpdates?: boolean;
 }
 
 export interface BaselineFleet {
@@ -47,12 +51,16 @@ export async function startBaseline(be: BenchEnv, name: string, hosts: number, s
   const workflowQueue = `bench.base.${suffix}`;
   const hostQueues = Array.from({ length: hosts }, (_, i) => `bench.base.${suffix}.h${i}`);
   const starts = new Map<string, number>();
-  const activities: BaselineActivities = {
+  const activities: BaselineActivities & ShapeActivities = {
     async run(taskId) {
       if (!starts.has(taskId)) starts.set(taskId, performance.now());
     },
     async hold() {
       throw new Error('not served in-process');
+    },
+    async claim({ scheduler, ...hop }) {
+      const device = await be.env.client.workflow.getHandle(scheduler).executeUpdate(shapeClaimUpdate, { args: [hop] });
+      await be.env.client.workflow.getHandle(device).executeUpdate(shapeReserveUpdate, { args: [hop] });
     },
   };
   const pollers = currentHostPollers();
@@ -62,6 +70,7 @@ export async function startBaseline(be: BenchEnv, name: string, hosts: number, s
       namespace: be.namespace,
       taskQueue: workflowQueue,
       workflowBundle: be.baselineBundle,
+      activities, // the shape's update variant claims by a local activity
       identity: `bench-base-wf-${suffix}`,
     }),
   ];
