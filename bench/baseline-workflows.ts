@@ -110,6 +110,7 @@ export interface ShapeInput extends BaselineInput {
  * device relay -> that signals the task -> the activity -> a release signal to the scheduler relay.
  * Four workflow tasks in series before the activity and three signals between workflows, as task
  * -> scheduler -> device -> task -> host, then the release the fleet's task sends its pool.
+ * P2's variants (input.direct, input.clientEnqueue, input.viaUpdates) take hops off that path.
  */
 export async function shapeTaskWorkflow(input: ShapeInput): Promise<void> {
   let go = false;

@@ -179,12 +179,24 @@ async function main(): Promise<void> {
     writeFileSync(out.replace(/\.json$/, '.md'), formatMarkdown(results) + '\n');
   };
   const histories = new HistoryTally();
+  /** Set when the server was torn down and no new one came up. */
+  let serverGone = false;
   try {
     for (const [i, id] of scenarios.entries()) {
       if (i > 0 && server === 'per-scenario') {
         forgetFleets();
-        await be.env.teardown();
-        be = await startBenchEnv(be);
+        await be.env.teardown().catch((err) => log(`dev server teardown failed: ${String(err)}`));
+        try {
+          be = await startBenchEnv(be);
+        } catch (err) {
+          // No server: the scenarios left cannot run. Say so in the report for each of them.
+          log(`a fresh dev server for ${id} failed to start: ${(err as Error)?.stack ?? String(err)}`);
+          for (const rest of scenarios.slice(i)) {
+            results.push({ id: rest, title: 'not run: no dev server', rows: [], notes: [], details: {}, error: String(err) });
+          }
+          serverGone = true;
+          break;
+        }
       }
       const t0 = Date.now();
       log(`=== ${id} ===`);
@@ -201,6 +213,7 @@ async function main(): Promise<void> {
         await histories.measure(be, longLivedWorkflows);
       } catch (err) {
         log(`history check after ${id} failed: ${String(err)}`);
+        histories.fail(`after ${id}: ${String(err)}`);
       }
       if (server === 'shared' && i < scenarios.length - 1) {
         const t1 = Date.now();
@@ -212,12 +225,12 @@ async function main(): Promise<void> {
       }
       write();
     }
-    if (!histories.empty) results.push(histories.result());
   } finally {
+    if (!histories.empty) results.push(histories.result());
     write(new Date().toISOString());
     console.log(formatTable(results));
     console.log(`\n${command}\nreport: ${out}`);
-    await be.env.teardown();
+    if (!serverGone) await be.env.teardown();
   }
 }
 

@@ -38,7 +38,8 @@ export interface BaselineFleet {
   startShape(devices: number): Promise<void>;
   /**
    * The baseline task through that shape (`shapeTaskWorkflow`), via device relay `i % devices`.
-   * `variant` takes hops off the path (P2 only; see ShapeHop.direct and ShapeInput.clientEnqueue).
+   * `variant` takes hops off the path (P2 only; see ShapeHop.direct, ShapeInput.clientEnqueue and
+   * ShapeInput.viaUpdates).
    */
   submitShape(taskId: string, i: number, variant?: ShapeVariant): Promise<void>;
   workflowId(taskId: string): string;
@@ -70,7 +71,10 @@ export async function startBaseline(be: BenchEnv, name: string, hosts: number, s
       namespace: be.namespace,
       taskQueue: workflowQueue,
       workflowBundle: be.baselineBundle,
-      activities, // the shape's update variant claims by a local activity
+      // The shape's update variant claims by a local activity; this worker runs no other activity
+      // (no activity poller on the workflow queue, as before the variant).
+      activities,
+      enableNonLocalActivities: false,
       identity: `bench-base-wf-${suffix}`,
     }),
   ];

@@ -4,6 +4,7 @@
  * (continue-as-new), against Temporal's 10K-event warning. Read after each scenario, before its
  * fleet is retired (bench/lib/fleet.ts retireFleets), so the lengths are the scenario's own.
  */
+import { WorkflowNotFoundError } from '@temporalio/client';
 import type { BenchEnv } from '../lib/env';
 import { kindOf } from '../lib/history';
 import { mapLimit } from '../lib/util';
@@ -21,23 +22,42 @@ export class HistoryTally {
   private readonly byKind: Record<string, KindTally> = {};
   private readonly seen = new Set<string>();
 
-  /** Reads the workflows of `workflowIds` not read before. */
+  private readonly failures: string[] = [];
+
+  /**
+   * Reads the workflows of `workflowIds` not read yet. A workflow whose reading failed stays
+   * unread (a later call tries again) and the failure is reported in the result.
+   */
   async measure(be: BenchEnv, workflowIds: Iterable<string>): Promise<void> {
     const ids = [...workflowIds].filter((id) => !this.seen.has(id));
     if (ids.length === 0) return;
-    for (const id of ids) this.seen.add(id);
     const client = be.env.client;
     const continued = new Map<string, number>();
-    for await (const wf of client.workflow.list({ query: `ExecutionStatus = 'ContinuedAsNew'` })) {
-      continued.set(wf.workflowId, (continued.get(wf.workflowId) ?? 0) + 1);
+    try {
+      for await (const wf of client.workflow.list({ query: `ExecutionStatus = 'ContinuedAsNew'` })) {
+        continued.set(wf.workflowId, (continued.get(wf.workflowId) ?? 0) + 1);
+      }
+    } catch (err) {
+      this.failures.push(`listing continued-as-new runs for ${ids.length} workflows: ${String(err)}`);
+      return;
     }
+    let failed = 0;
+    let firstError = '';
     await mapLimit(ids, 16, async (id) => {
       let length: number;
       try {
         length = (await client.workflow.getHandle(id).describe()).historyLength;
-      } catch {
-        return; // never started (e.g. a device whose host never published)
+      } catch (err) {
+        // Never started (e.g. a device whose host never published) is not a failure.
+        if (!(err instanceof WorkflowNotFoundError)) {
+          failed++;
+          firstError ||= String(err);
+          return;
+        }
+        this.seen.add(id);
+        return;
       }
+      this.seen.add(id);
       const k = kindOf(id);
       const s = (this.byKind[k] ??= { workflows: 0, maxLength: 0, maxId: '', maxRuns: 0, totalRuns: 0 });
       const runs = 1 + (continued.get(id) ?? 0);
@@ -49,10 +69,16 @@ export class HistoryTally {
         s.maxId = id;
       }
     });
+    if (failed > 0) this.failures.push(`${failed} of ${ids.length} workflows could not be read: ${firstError}`);
+  }
+
+  /** A reading that could not happen at all (its server is gone). */
+  fail(what: string): void {
+    this.failures.push(what);
   }
 
   get empty(): boolean {
-    return this.seen.size === 0;
+    return this.seen.size === 0 && this.failures.length === 0;
   }
 
   result(): ScenarioResult {
@@ -68,8 +94,9 @@ export class HistoryTally {
         target: '< 10,000 events',
         met: byKind[k].maxLength < 10_000,
       })),
-      notes: ['baseline workflows are short-lived (one per task): nothing to compare'],
-      details: byKind,
+      notes: ['baseline workflows are short-lived (one per task): nothing to compare', ...this.failures.map((f) => `NOT READ: ${f}`)],
+      details: { ...byKind, failures: this.failures },
+      ...(this.failures.length > 0 ? { error: `some histories were not read: ${this.failures.join('; ')}` } : {}),
     };
   }
 }

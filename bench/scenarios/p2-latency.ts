@@ -192,7 +192,7 @@ export const p2Latency: Scenario = async (be, o) => {
       `${n} samples, closed loop (one task at a time, ${gapMs} ms apart) after 5 warm-up tasks; latency measured in-process (performance.now)`,
       'breakdown rows: server timestamps from each sample task\'s history',
       "shape row: bench/baseline-workflows.ts shapeTaskWorkflow on the baseline's workers; its ratio = fleet p50 / shape p50",
-      'shape variants (ShapeHop.direct, ShapeInput.clientEnqueue): what a workflow task less in series would give; the fleet works like neither',
+      'shape variants (ShapeHop.direct, ShapeInput.clientEnqueue, ShapeInput.viaUpdates): what a workflow task less in series would give; the fleet works like none of them',
     ],
     details: { fleet: fs, baseline: bs, shape: ss, shapeDeviceOffPath: ds, shapeDeviceOffPathClientEnqueue: es, shapeByUpdates: us, fleetSubmit: fsub, baselineSubmit: bsub, breakdown, idleFleetCpu: idle, pool: bf.pool },
   };
