@@ -3,7 +3,7 @@
  * the host's runner entered (fleet) / the activity entered (baseline). Same process, same clock.
  * Also: what the idle fleet costs before the samples, and a per-hop breakdown from the histories.
  */
-import { startBaseline } from '../lib/baseline';
+import { startBaseline, type ShapeVariant } from '../lib/baseline';
 import { fleetCpuMeter, startLoadFleet } from '../lib/fleet';
 import { closedLoop } from '../lib/load';
 import { eventMs, eventTypeName, fetchRuns } from '../lib/history';
@@ -13,6 +13,32 @@ import type { Scenario } from './types';
 
 const IDLE_MS = 20_000;
 
+/**
+ * What a workflow task less in series would give, measured rather than guessed: variants of the
+ * fleet's shape with empty workflows (bench/baseline-workflows.ts). The fleet works like none of them.
+ */
+const SHAPE_VARIANTS: Array<{ key: string; prefix: string; variant: ShapeVariant; label: string }> = [
+  {
+    key: 'shapeDeviceOffPath',
+    prefix: 'p2d',
+    variant: { direct: true },
+    label: 'the shape with the device off the path (scheduler relay signals the task and the device at once; 3 workflow tasks in series)',
+  },
+  {
+    key: 'shapeDeviceOffPathClientEnqueue',
+    prefix: 'p2e',
+    variant: { direct: true, clientEnqueue: true },
+    label: 'the same, the submitter signalling the scheduler relay after the start (2 workflow tasks in series after it)',
+  },
+  {
+    key: 'shapeByUpdates',
+    prefix: 'p2u',
+    variant: { viaUpdates: true },
+    label:
+      "the shape by updates: the task's first workflow task runs a local activity that updates the scheduler relay, then the device relay, then schedules the activity",
+  },
+];
+
 export const p2Latency: Scenario = async (be, o) => {
   const n = o.latencySamples;
   const timeoutMs = 60_000;
@@ -21,9 +47,7 @@ export const p2Latency: Scenario = async (be, o) => {
   const base = await startBaseline(be, 'p2', o.hosts, o.devices);
   let b: Awaited<ReturnType<typeof closedLoop>>;
   let shape: Awaited<ReturnType<typeof closedLoop>>;
-  let direct: Awaited<ReturnType<typeof closedLoop>>;
-  let direct2: Awaited<ReturnType<typeof closedLoop>>;
-  let updates: Awaited<ReturnType<typeof closedLoop>>;
+  const variants: Array<Awaited<ReturnType<typeof closedLoop>>> = [];
   // Five warm-up tasks, then the samples, one at a time.
   const samples = (submit: (taskId: string, i: number) => Promise<void>, prefix: string) =>
     closedLoop(5, 100, (i) => submit(`warm-${prefix}-${i}`, i), (i) => base.starts.get(`warm-${prefix}-${i}`), 20_000).then(
@@ -43,16 +67,10 @@ export const p2Latency: Scenario = async (be, o) => {
     log(`P2 the fleet's shape with empty workflows: ${n} samples, one at a time`);
     await base.startShape(o.devices);
     shape = await samples(base.submitShape, 'p2s');
-    // What a hop less would give, measured rather than guessed (the fleet works like neither):
-    // the scheduler relay tells the task itself and the device relay only takes note (three
-    // workflow tasks in series); and that, with the submitter signalling the scheduler relay
-    // itself (the task's first workflow task off the path too).
-    log(`P2 the shape without the device on the path: ${n} samples; then with the enqueue from the submitter`);
-    direct = await samples((t, i) => base.submitShape(t, i, { direct: true }), 'p2d');
-    direct2 = await samples((t, i) => base.submitShape(t, i, { direct: true, clientEnqueue: true }), 'p2e');
-    // And with no signal before the activity: the task's first workflow task claims by updates.
-    log(`P2 the shape by updates from a local activity: ${n} samples`);
-    updates = await samples((t, i) => base.submitShape(t, i, { viaUpdates: true }), 'p2u');
+    for (const v of SHAPE_VARIANTS) {
+      log(`P2 ${v.label}: ${n} samples`);
+      variants.push(await samples((t, i) => base.submitShape(t, i, v.variant), v.prefix));
+    }
   } finally {
     await base.stop();
   }
@@ -142,9 +160,7 @@ export const p2Latency: Scenario = async (be, o) => {
   const fsub = summarize(f.submitLatencies);
   const bsub = summarize(b.submitLatencies);
   const ss = summarize(shape.latencies);
-  const ds = summarize(direct.latencies);
-  const es = summarize(direct2.latencies);
-  const us = summarize(updates.latencies);
+  const vs = variants.map((v) => summarize(v.latencies));
   log(`  fleet p50 ${fs.p50} p99 ${fs.p99} ms; baseline p50 ${bs.p50} p99 ${bs.p99} ms`);
   return {
     id: 'P2',
@@ -161,25 +177,8 @@ export const p2Latency: Scenario = async (be, o) => {
         ratio: round(fs.p50 / ss.p50, 2),
       },
       { metric: '  shape samples missing (never started)', fleet: '', baseline: shape.missing },
-      {
-        metric:
-          '  the shape with the device off the path (scheduler relay signals the task and the device at once; 3 workflow tasks in series), p50 / p99 (ms)',
-        fleet: '',
-        baseline: `${ds.p50} / ${ds.p99}`,
-      },
-      {
-        metric:
-          '  the same, the submitter signalling the scheduler relay after the start (2 workflow tasks in series after it), p50 / p99 (ms)',
-        fleet: '',
-        baseline: `${es.p50} / ${es.p99}`,
-      },
-      {
-        metric:
-          "  the shape by updates: the task's first workflow task runs a local activity that updates the scheduler relay, then the device relay, then schedules the activity, p50 / p99 (ms)",
-        fleet: '',
-        baseline: `${us.p50} / ${us.p99}`,
-      },
-      { metric: '  variant samples missing (never started)', fleet: '', baseline: direct.missing + direct2.missing + updates.missing },
+      ...SHAPE_VARIANTS.map((v, k) => ({ metric: `  ${v.label}, p50 / p99 (ms)`, fleet: '', baseline: `${vs[k].p50} / ${vs[k].p99}` })),
+      { metric: '  variant samples missing (never started)', fleet: '', baseline: variants.reduce((sum, v) => sum + v.missing, 0) },
       { metric: 'submit call returns, p50 / p99 (ms; fleet: admitted)', fleet: `${fsub.p50} / ${fsub.p99}`, baseline: `${bsub.p50} / ${bsub.p99}` },
       { metric: 'samples missing (never started)', fleet: f.missing, baseline: b.missing },
       {
@@ -194,6 +193,6 @@ export const p2Latency: Scenario = async (be, o) => {
       "shape row: bench/baseline-workflows.ts shapeTaskWorkflow on the baseline's workers; its ratio = fleet p50 / shape p50",
       'shape variants (ShapeHop.direct, ShapeInput.clientEnqueue, ShapeInput.viaUpdates): what a workflow task less in series would give; the fleet works like none of them',
     ],
-    details: { fleet: fs, baseline: bs, shape: ss, shapeDeviceOffPath: ds, shapeDeviceOffPathClientEnqueue: es, shapeByUpdates: us, fleetSubmit: fsub, baselineSubmit: bsub, breakdown, idleFleetCpu: idle, pool: bf.pool },
+    details: { fleet: fs, baseline: bs, shape: ss, ...Object.fromEntries(SHAPE_VARIANTS.map((v, k) => [v.key, vs[k]])), fleetSubmit: fsub, baselineSubmit: bsub, breakdown, idleFleetCpu: idle, pool: bf.pool },
   };
 };
