@@ -7,7 +7,7 @@
  *   npm run bench -- --scenario P1,P2 --tasks 5000
  *   flags: --scenario P1,P2,P3,P4,P5,MEM  --tasks N  --hosts H  --devices D  --pollers N|default  --fill-budget-s S
  *          --concurrency C  --samples N  --p3-tasks N  --queue N  --cycles N
- *          --lease-ms MS  --mem-tasks N  --snapshot-ms MS  --server-tuning on|off
+ *          --lease-ms MS  --mem-tasks N  --snapshot-ms MS  --host-timeout-ms MS  --server-tuning on|off
  *          --control-plane in-process|process  --p5-cache N  --server per-scenario|shared  --out PATH
  *
  * Each scenario gets a fresh dev server (--server per-scenario, the default): its fleet and its
@@ -57,6 +57,7 @@ function options(): { opts: BenchOptions; scenarios: string[]; out: string; serv
       'lease-ms': { type: 'string' },
       'mem-tasks': { type: 'string' },
       'snapshot-ms': { type: 'string' },
+      'host-timeout-ms': { type: 'string' },
       'server-tuning': { type: 'string' },
       'control-plane': { type: 'string' },
       server: { type: 'string' },
@@ -70,7 +71,7 @@ function options(): { opts: BenchOptions; scenarios: string[]; out: string; serv
     return n;
   };
   const leaseMs = num(values['lease-ms'], 20_000, 4_000);
-  // Timings of P4 keep the product defaults' proportions (lease 20 s, host timeout 30 s, snapshot 10 s, ack 30 s).
+  // Timings of P4 keep the product defaults' proportions (lease 20 s, host timeout 30 s, snapshot 60 s, ack 30 s).
   const opts: BenchOptions = {
     quick: q,
     tasks: num(values.tasks, 1_000, 300),
@@ -88,13 +89,14 @@ function options(): { opts: BenchOptions; scenarios: string[]; out: string; serv
     p4: {
       leaseMs,
       hostTimeoutMs: Math.round(leaseMs * 1.5),
-      snapshotIntervalMs: Math.round(leaseMs / 2),
+      snapshotIntervalMs: Math.round(leaseMs * 3),
       ackTimeoutMs: Math.round(leaseMs * 1.5),
       backoffMs: 1_000,
       tasks: 4,
     },
     memTasks: num(values['mem-tasks'], 300, 150),
-    snapshotMs: num(values['snapshot-ms'], 10_000, 10_000),
+    snapshotMs: num(values['snapshot-ms'], 60_000, 60_000),
+    hostTimeoutMs: num(values['host-timeout-ms'], 30_000, 30_000),
     controlPlane: controlPlaneMode(values['control-plane']),
   };
   // The dev server's dynamic config (control-plane/temporal-cli.ts): the project's tuning, or the

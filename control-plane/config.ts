@@ -52,8 +52,17 @@ export const ControlPlaneConfigSchema = z.object({
     .default({ [DEFAULT_POOL]: SchedulerConfigSchema.parse({}) }),
   poolDefaults: SchedulerConfigSchema.prefault({}),
   taskDefaults: TaskPolicySchema.prefault({}),
-  /** A host silent longer than this goes offline and its devices are not assigned. */
+  /**
+   * The host liveness lease: the heartbeat timeout of each host's session activity. A host silent
+   * longer than this goes offline and its devices are not assigned.
+   */
   hostTimeoutMs: z.number().int().positive().default(30_000),
+  /**
+   * A host with no signed snapshot for longer than this goes offline too (hosts send one at least
+   * every `snapshotIntervalMs`, 60 s by default). Only the host's own key signs a snapshot, so this
+   * bounds how long anything else polling the host's queue could keep a dead host online.
+   */
+  snapshotTimeoutMs: z.number().int().positive().default(180_000),
   /** History length at which long-lived workflows continue-as-new (undefined: the server's suggestion, or 4,000). */
   historyLimit: z.number().int().min(20).optional(),
   /**

@@ -15,6 +15,8 @@ export interface Enrollment {
   keys: HostPublicKeys;
   /** Overrides the configured host timeout for this host. */
   hostTimeoutMs?: number;
+  /** Overrides the configured snapshot timeout for this host. */
+  snapshotTimeoutMs?: number;
 }
 
 export async function enrollHost(client: Client, config: ControlPlaneConfig, e: Enrollment): Promise<void> {
@@ -26,6 +28,7 @@ export async function enrollHost(client: Client, config: ControlPlaneConfig, e: 
         hostId: e.hostId,
         pool: e.pool,
         hostTimeoutMs: e.hostTimeoutMs ?? config.hostTimeoutMs,
+        snapshotTimeoutMs: e.snapshotTimeoutMs ?? config.snapshotTimeoutMs,
         keys: e.keys,
         historyLimit: config.historyLimit,
       },

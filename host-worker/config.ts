@@ -12,8 +12,14 @@ export const HostConfigSchema = z.object({
   /** The credential file issued by `npm run hosts:add` (private keys; keep it 0600). Relative to this file. */
   credentialFile: z.string().min(1),
   pool: id.default(DEFAULT_POOL),
-  /** How often devices are discovered and the signed snapshot sent. */
-  snapshotIntervalMs: z.number().int().positive().default(10_000),
+  /**
+   * The complete signed snapshot is sent at least this often (and at once when a discovery finds a
+   * change). Liveness does not depend on it (the session's heartbeats carry that); keep it well
+   * under the control plane's `snapshotTimeoutMs` (default 180 s).
+   */
+  snapshotIntervalMs: z.number().int().positive().default(60_000),
+  /** How often the driver discovers devices; a change goes out in a snapshot at once. */
+  discoveryIntervalMs: z.number().int().positive().default(10_000),
   progressIntervalMs: z.number().int().positive().default(5_000),
   /** A run shorter than this sends no status report: its signed result says it all (one update less). */
   reportDelayMs: z.number().int().nonnegative().default(1_000),

@@ -1,6 +1,7 @@
 /**
  * The host agent as a library: a Temporal worker on this host's own task queue (outbound polling
- * only, no listening socket) plus a snapshot loop that reports the complete device list.
+ * only, no listening socket) that also holds the host's liveness session, plus a snapshot loop that
+ * reports the complete device list when it changes and periodically.
  */
 import { randomUUID } from 'node:crypto';
 import { Client, type ConnectionLike } from '@temporalio/client';
@@ -12,6 +13,7 @@ import { hostSnapshotUpdate } from '../workflows/messages';
 import { Reason } from '../workflows/errors';
 import type { DeviceSnapshot, HostSnapshot, RunOutcome, WorkflowStep } from '../workflows/types';
 import { createHostActivities } from './activities';
+import { createHostSessionActivities } from './session';
 import { sign, type HostCredential } from './identity';
 import { terminateProcessGroup } from './command-runner';
 import type { DeviceDriver } from './drivers';
@@ -34,11 +36,14 @@ export interface HostOptions {
   journal?: Journal;
   runners?: Runners;
   definitions?: Map<string, WorkflowStep[]>;
+  /** The complete signed snapshot goes at least this often (default 60 s), and at once on a change. */
   snapshotIntervalMs?: number;
+  /** How often the driver discovers devices (default 10 s, at most snapshotIntervalMs); a change is sent at once. */
+  discoveryIntervalMs?: number;
   progressIntervalMs?: number;
   /** See HostActivityDeps.reportDelayMs (default 1 s). */
   reportDelayMs?: number;
-  /** Concurrent assignments; defaults to the number of devices (at least 1). */
+  /** Concurrent assignments; defaults to the number of devices (at least 1). The liveness session takes one slot more. */
   maxConcurrentAssignments?: number;
   log?(message: string, fields: Record<string, unknown>): void;
 }
@@ -50,15 +55,20 @@ export interface HostAgent {
   setDevices(devices: DeviceSnapshot[]): Promise<void>;
   /** Report the complete snapshot now. */
   sendSnapshot(): Promise<void>;
-  /** Stop polling and the snapshot loop; in-flight assignments finish within the shutdown grace. */
-  stop(): Promise<void>;
+  /**
+   * Stop polling and the snapshot loop; in-flight assignments finish within the shutdown grace.
+   * The host goes offline at once (its session ends saying so). `silently` (tests) says nothing:
+   * the host then looks online, like a frozen one, until its snapshot timeout.
+   */
+  stop(opts?: { silently?: boolean }): Promise<void>;
 }
 
 export async function startHost(opts: HostOptions): Promise<HostAgent> {
   const hostId = opts.credential.hostId;
   const pool = opts.pool ?? DEFAULT_POOL;
   const namespace = opts.namespace ?? 'default';
-  const snapshotIntervalMs = opts.snapshotIntervalMs ?? 10_000;
+  const snapshotIntervalMs = opts.snapshotIntervalMs ?? 60_000;
+  const discoveryIntervalMs = Math.min(opts.discoveryIntervalMs ?? 10_000, snapshotIntervalMs);
   const bootId = randomUUID();
   const client = new Client({ connection: opts.clientConnection, namespace });
   const discover = async () => (opts.driver ? await opts.driver.discover() : (opts.devices ?? []));
@@ -66,6 +76,8 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
   if (opts.journal) await reconcileJournal(opts.journal, opts.credential, client, opts.log);
   const busy = new Set<string>();
   let seq = 0;
+  let beginStop!: (how: 'announce' | 'silent') => void;
+  const stopping = new Promise<'announce' | 'silent'>((resolve) => (beginStop = resolve));
 
   const worker = await Worker.create({
     connection: opts.workerConnection,
@@ -73,23 +85,33 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
     taskQueue: hostTaskQueue(hostId),
     // Task payloads are sealed to this host: only its box key opens them.
     dataConverter: { payloadCodecs: [createHostCodec(hostId, opts.credential.boxKey)] },
-    activities: createHostActivities({
-      credential: opts.credential,
-      client,
-      runners: opts.runners ?? createSimRunners({ definitions: opts.definitions }),
-      devices: () => devices,
-      progressIntervalMs: opts.progressIntervalMs ?? 5_000,
-      reportDelayMs: opts.reportDelayMs,
-      claimDevice: (deviceId) => {
-        if (busy.has(deviceId)) return false;
-        busy.add(deviceId);
-        return true;
-      },
-      releaseDevice: (deviceId) => busy.delete(deviceId),
-      journal: opts.journal,
-      log: opts.log,
-    }),
-    maxConcurrentActivityTaskExecutions: opts.maxConcurrentAssignments ?? Math.max(1, devices.size),
+    activities: {
+      ...createHostSessionActivities({
+        credential: opts.credential,
+        stopping,
+        sendSnapshot: () => sendSnapshot() /* defined below; called once the worker runs */,
+        log: opts.log,
+      }),
+      ...createHostActivities({
+        credential: opts.credential,
+        client,
+        runners: opts.runners ?? createSimRunners({ definitions: opts.definitions }),
+        devices: () => devices,
+        progressIntervalMs: opts.progressIntervalMs ?? 5_000,
+        reportDelayMs: opts.reportDelayMs,
+        claimDevice: (deviceId) => {
+          if (busy.has(deviceId)) return false;
+          busy.add(deviceId);
+          return true;
+        },
+        releaseDevice: (deviceId) => busy.delete(deviceId),
+        journal: opts.journal,
+        log: opts.log,
+      }),
+    },
+    // One slot more for the liveness session; another for an assignment whose predecessor on the
+    // same device has not let go yet (it is refused at once, but holds a slot while it is).
+    maxConcurrentActivityTaskExecutions: (opts.maxConcurrentAssignments ?? Math.max(1, devices.size)) + 2,
     identity: `host:${hostId}:${bootId.slice(0, 8)}`,
     shutdownGraceTime: '5s',
   });
@@ -106,12 +128,17 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
     })),
   });
 
+  let lastSentAt = 0;
+  let lastSentKey = '';
   /** Signed with the host's key; the host workflow (created by enrolment) refuses anything else. */
   const sendSnapshot = async (): Promise<void> => {
     const s = snapshot();
+    const key = deviceKey(s.devices);
     await client.workflow.getHandle(hostWorkflowId(hostId)).executeUpdate(hostSnapshotUpdate, {
       args: [{ snapshot: s, sig: sign(opts.credential, SignDomain.Snapshot, s) }],
     });
+    lastSentAt = s.sentAt;
+    lastSentKey = key;
   };
 
   const running = worker.run();
@@ -121,16 +148,19 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
   // Single flight: while the control plane cannot answer (restarting, server down), snapshots must
   // not pile up as in-flight updates on the host workflow; the next tick sends a fresh one.
   let inFlight = false;
+  // Liveness rides on the session's heartbeats, so the snapshot goes when the devices changed and
+  // otherwise once per period (half a discovery tick early, so a period is never skipped).
   const loop = setInterval(() => {
     if (inFlight) return;
     inFlight = true;
     (async () => {
       if (opts.driver) devices = new Map((await discover()).map((d) => [d.deviceId, d]));
-      await sendSnapshot();
+      const due = Date.now() - lastSentAt >= snapshotIntervalMs - discoveryIntervalMs / 2;
+      if (due || deviceKey(snapshot().devices) !== lastSentKey) await sendSnapshot();
     })()
       .catch((err) => opts.log?.('snapshot failed; will retry', { error: String(err) }))
       .finally(() => (inFlight = false));
-  }, snapshotIntervalMs);
+  }, discoveryIntervalMs);
 
   let stopped: Promise<void> | undefined;
   return {
@@ -141,15 +171,27 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
       await sendSnapshot();
     },
     sendSnapshot,
-    stop() {
+    stop(stopOpts) {
       stopped ??= (async () => {
         clearInterval(loop);
+        // The session ends at once saying "stopping" (signed), and the worker's shutdown still
+        // reports it: the host workflow takes the host offline now, not when the lease runs out.
+        beginStop(stopOpts?.silently ? 'silent' : 'announce');
         if (worker.getState() === 'RUNNING') worker.shutdown();
         await running;
       })();
       return stopped;
     },
   };
+}
+
+/** What assignment depends on in a snapshot (busy/idle flips are left out: the pools track those). */
+function deviceKey(devices: DeviceSnapshot[]): string {
+  return JSON.stringify(
+    devices
+      .map((d) => [d.deviceId, d.driverType, [...d.tags].sort(), d.health, d.state === 'offline', d.pool ?? ''])
+      .sort((a, b) => (String(a[0]) < String(b[0]) ? -1 : 1)),
+  );
 }
 
 /**

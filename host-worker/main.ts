@@ -57,6 +57,7 @@ async function main(): Promise<void> {
     runners,
     definitions: new Map(Object.entries(config.definitions)),
     snapshotIntervalMs: config.snapshotIntervalMs,
+    discoveryIntervalMs: config.discoveryIntervalMs,
     progressIntervalMs: config.progressIntervalMs,
     reportDelayMs: config.reportDelayMs,
     log,

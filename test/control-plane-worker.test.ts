@@ -48,11 +48,14 @@ describe('control-plane workers', () => {
   it('cache sizes that are not positive integers, or one queue for both, are configuration errors', () => {
     for (const field of ['maxCachedWorkflows', 'maxCachedTasks']) {
       for (const bad of [0, -5, 1.5, 'many']) {
-        assert.throws(() => parseControlPlaneConfig({ [field]: bad }), (err: unknown) => {
-          assert.ok(err instanceof ConfigError);
-          assert.match(err.message, new RegExp(field));
-          return true;
-        });
+        assert.throws(
+          () => parseControlPlaneConfig({ [field]: bad }),
+          (err: unknown) => {
+            assert.ok(err instanceof ConfigError);
+            assert.match(err.message, new RegExp(field));
+            return true;
+          },
+        );
       }
     }
     assert.throws(
@@ -60,9 +63,15 @@ describe('control-plane workers', () => {
       /taskWorkflowTaskQueue: must differ from controlTaskQueue/,
     );
     for (const field of ['controlTaskQueue', 'taskWorkflowTaskQueue']) {
-      assert.throws(() => parseControlPlaneConfig({ [field]: 'fleet.host.lab-1' }), new RegExp(`${field}: "fleet.host.lab-1" is a host's task queue`));
+      assert.throws(
+        () => parseControlPlaneConfig({ [field]: 'fleet.host.lab-1' }),
+        new RegExp(`${field}: "fleet.host.lab-1" is a host's task queue`),
+      );
     }
-    assert.equal(taskWorkflowQueue(parseControlPlaneConfig({ controlTaskQueue: 'q', taskWorkflowTaskQueue: 'jobs' })), 'jobs');
+    assert.equal(
+      taskWorkflowQueue(parseControlPlaneConfig({ controlTaskQueue: 'q', taskWorkflowTaskQueue: 'jobs' })),
+      'jobs',
+    );
   });
 
   it('shutdown is safe before run (run then returns at once) and more than once', async () => {

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { hostWorkflowId } from '../workflows/ids';
 import { hostStateQuery, setDeviceDrainSignal, setHostDrainSignal } from '../workflows/messages';
-import { eventually, startFleet, type Fleet } from './helpers/fleet';
+import { eventually, sessionRunning, startFleet, type Fleet } from './helpers/fleet';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -84,6 +84,43 @@ describe('host agent (seed 002)', () => {
     a.resume();
     await eventually(async () => ((await hostA.query(hostStateQuery)).online ? true : undefined), 'online again');
     await f.waitForStatus(taskId, 'done');
+  });
+
+  it('Liveness is the session lease, not the snapshots: a frozen host goes offline within its lease, and beats write no history', async () => {
+    f = await startFleet('session-lease');
+    // Snapshots a minute apart and a snapshot timeout of three: only the session can notice in seconds.
+    const a = await f.spawnHost('A', ['a1'], { hostTimeoutMs: 1_500, snapshotIntervalMs: 60_000 });
+    const hostA = f.client.workflow.getHandle(hostWorkflowId(f.hostId('A')));
+    await eventually(async () => ((await hostA.query(hostStateQuery)).online ? true : undefined), 'online');
+    await eventually(() => sessionRunning(hostA), 'session running');
+    const before = (await hostA.fetchHistory()).events!.length;
+    // Three leases' worth of beats (the SDK sends about one per 1.2 s here), and no snapshot due.
+    await sleep(4_500);
+    const after = (await hostA.fetchHistory()).events!.length;
+    assert.ok(after - before <= 1, `host history grew by ${after - before} events while idle`);
+    assert.equal((await hostA.query(hostStateQuery)).online, true, 'beats keep it online');
+    a.pause(); // SIGSTOP: no beats
+    await eventually(async () => (!(await hostA.query(hostStateQuery)).online ? true : undefined), 'offline');
+    const down = await hostA.query(hostStateQuery);
+    assert.ok(Date.now() - down.lastSeenAt! < 60_000, 'offline long before a snapshot was even due');
+    // Resumed, the host learns its session was lost (the server refuses its next beat) and sends a
+    // snapshot at once, a minute before its next periodic one.
+    a.resume();
+    await eventually(async () => ((await hostA.query(hostStateQuery)).online ? true : undefined), 'online again');
+  });
+
+  it('A host that stops cleanly goes offline at once, not after its lease', async () => {
+    f = await startFleet('session-stop');
+    const host = await f.addHost('A', [{ deviceId: 'a1' }], { hostTimeoutMs: 120_000, snapshotIntervalMs: 60_000 });
+    const hostA = f.client.workflow.getHandle(hostWorkflowId(f.hostId('A')));
+    await eventually(async () => ((await hostA.query(hostStateQuery)).online ? true : undefined), 'online');
+    await eventually(() => sessionRunning(hostA), 'session running');
+    await host.stop();
+    await eventually(async () => (!(await hostA.query(hostStateQuery)).online ? true : undefined), 'offline');
+    await eventually(
+      async () => ((await f!.scheduler()).devices[0]?.hostOnline === false ? true : undefined),
+      'pool sees offline',
+    );
   });
 
   it('An unhealthy device is out of rotation until its health check passes again', async () => {

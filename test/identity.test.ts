@@ -174,6 +174,43 @@ describe('host identity', () => {
       assert.ok(!Buffer.from(p.data!).toString('latin1').includes('secret goal text 7f3a'));
     }
   });
+
+  it("A rogue worker holding A's liveness session cannot take A offline with a forged 'stopping'", async () => {
+    f = await startFleet('rogue-session');
+    const cred = await f.enroll('A', { hostTimeoutMs: 60_000 });
+    const handle = f.client.workflow.getHandle(hostWorkflowId(f.hostId('A')));
+    // A says it is alive (signed) but runs no worker: the session waits on A's queue for a poller.
+    const s = snapshotOf(f.hostId('A'), f.pool, { devices: [], bootId: 'boot-1', seq: 1 });
+    await handle.executeUpdate(hostSnapshotUpdate, {
+      args: [{ snapshot: s, sig: sign(cred, SignDomain.Snapshot, s) }],
+    });
+    assert.equal((await handle.query(hostStateQuery)).online, true);
+    const credB = await f.enroll('B');
+    let ended = 0;
+    const env = testEnv();
+    const rogue = await Worker.create({
+      connection: env.nativeConnection,
+      namespace: env.namespace ?? 'default',
+      taskQueue: hostTaskQueue(f.hostId('A')),
+      activities: {
+        async hostSession() {
+          ended++;
+          // Signed, but by B, and a well-formed signature of garbage: neither verifies with A's key.
+          const body = { hostId: f!.hostId('A'), runId: 'x', activityId: 'session-1', stopping: true };
+          return ended === 1
+            ? { stopping: true, sig: sign(credB, SignDomain.Session, body) }
+            : { stopping: true, sig: 'ab'.repeat(64) };
+        },
+      },
+    });
+    await rogue.runUntil(() =>
+      eventually(async () => (ended >= 2 ? true : undefined), 'two sessions ended by the rogue'),
+    );
+    // Both forged ends reached A's history, and A is still online: only A's key can say it stops.
+    const { events } = await handle.fetchHistory();
+    assert.ok(events!.filter((e) => e.activityTaskCompletedEventAttributes).length >= 2);
+    assert.equal((await handle.query(hostStateQuery)).online, true);
+  });
 });
 
 describe('host identity: forged results', () => {

@@ -48,7 +48,7 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
       async () => ((await f!.scheduler()).devices.length >= n ? true : undefined),
       `${n} device(s) in the pool`,
     );
-  /** A host whose devices are online but whose worker does not poll (stopped), for a long host timeout. */
+  /** A host whose devices are online but whose worker does not poll (stopped without a word), for a long host timeout. */
   const silentHost = async (name: string, deviceIds: string[]) => {
     const h = await f!.addHost(
       name,
@@ -56,7 +56,7 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
       { hostTimeoutMs: 120_000 },
     );
     await deviceKnown(deviceIds.length);
-    await h.stop();
+    await h.stop({ silently: true });
     return h;
   };
   /** A fleet with one device (h1/d1) and a task running on it. */
@@ -412,6 +412,32 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
       const back = v.devices.filter((d) => d.hostId === f!.hostId('h1') && d.hostSuspectSince === undefined);
       return back.length === 2 ? true : undefined;
     }, 'h1 no longer presumed lost');
+  });
+
+  it('A host presumed lost after a lost lease is asked for a snapshot: back in rotation long before its next periodic one', async () => {
+    f = await startFleet('suspect-ask');
+    // Snapshots a minute apart, a two-minute lease on liveness: neither brings h1 back within the test.
+    const p = await f.spawnHost('h1', ['d1'], { hostTimeoutMs: 120_000, snapshotIntervalMs: 60_000 });
+    await deviceKnown(1);
+    const { taskId } = await f.fleet.submit({ goal: 'long [sim outcome=hang]', policy: { leaseTimeoutMs: 2_000 } });
+    await f.waitForStatus(taskId, 'running');
+    p.pause(); // frozen past the task's lease, well within the host's
+    await f.waitFor(taskId, (t) => t.attempts[0]?.outcome === 'lease_expired', 'attempt 1 lease expired', 30_000);
+    await eventually(async () => {
+      const d = (await f!.scheduler()).devices.find((x) => x.hostId === f!.hostId('h1'));
+      return d?.hostSuspectSince !== undefined ? true : undefined;
+    }, 'h1 presumed lost');
+    p.resume();
+    await eventually(async () => {
+      const d = (await f!.scheduler()).devices.find((x) => x.hostId === f!.hostId('h1'));
+      return d && d.hostSuspectSince === undefined ? true : undefined;
+    }, 'h1 no longer presumed lost');
+    const { events } = await f.client.workflow.getHandle(hostWorkflowId(f.hostId('h1'))).fetchHistory();
+    assert.ok(
+      events!.some((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'hostSnapshotNow'),
+      'the host workflow asked h1 for a snapshot',
+    );
+    await f.fleet.cancel(taskId).catch(() => undefined);
   });
 
   it('Lease expires at the attempt limit: failed, reason lease_expired, reservation released', async () => {

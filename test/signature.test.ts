@@ -95,13 +95,18 @@ describe('signature check (unit)', () => {
   });
   it('native Ed25519 signing and X25519 agreement give the same bytes as noble', () => {
     fc.assert(
-      fc.property(fc.uint8Array({ minLength: 32, maxLength: 32 }), fc.uint8Array({ minLength: 32, maxLength: 32 }), fc.uint8Array({ maxLength: 200 }), (a, b, msg) => {
-        const aHex = bytesToHex(a);
-        assert.deepEqual(ed25519Sign(msg, aHex), ed25519.sign(msg, a));
-        assert.deepEqual(x25519PublicOf(aHex), x25519.getPublicKey(a));
-        const bPub = x25519.getPublicKey(b);
-        assert.deepEqual(x25519Shared(aHex, bPub), x25519.getSharedSecret(a, bPub));
-      }),
+      fc.property(
+        fc.uint8Array({ minLength: 32, maxLength: 32 }),
+        fc.uint8Array({ minLength: 32, maxLength: 32 }),
+        fc.uint8Array({ maxLength: 200 }),
+        (a, b, msg) => {
+          const aHex = bytesToHex(a);
+          assert.deepEqual(ed25519Sign(msg, aHex), ed25519.sign(msg, a));
+          assert.deepEqual(x25519PublicOf(aHex), x25519.getPublicKey(a));
+          const bPub = x25519.getPublicKey(b);
+          assert.deepEqual(x25519Shared(aHex, bPub), x25519.getSharedSecret(a, bPub));
+        },
+      ),
       { numRuns: 50 },
     );
     const recipient = ed25519.utils.randomPrivateKey();

@@ -85,7 +85,7 @@ describe('assignment strategies (pure)', () => {
       seed = (seed + 0x6d2b79f5) | 0;
       let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
       t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-      return (((t ^ (t >>> 14)) >>> 0) % n);
+      return ((t ^ (t >>> 14)) >>> 0) % n;
     };
     const kinds = ['adb', 'sim', 'ios'];
     const tagSets = [[], ['gpu'], ['gpu', 'camera'], ['camera']];
@@ -98,7 +98,8 @@ describe('assignment strategies (pure)', () => {
       }
       return out;
     };
-    const effective = (t: QueuedTask, now: number, agingMs: number) => t.priority + Math.max(0, now - t.submittedAt) / agingMs;
+    const effective = (t: QueuedTask, now: number, agingMs: number) =>
+      t.priority + Math.max(0, now - t.submittedAt) / agingMs;
     for (let round = 0; round < 300; round++) {
       const shared = Array.from({ length: 6 }, () => ({
         driverType: rnd(4) === 0 ? undefined : kinds[rnd(3)],
@@ -108,16 +109,23 @@ describe('assignment strategies (pure)', () => {
       const queue = Array.from({ length: rnd(60) }, (_, i) => {
         const c = shared[rnd(shared.length)];
         // Half the entries share their constraints object, half carry an equal copy of it.
-        return task(`t${String(i).padStart(3, '0')}`, i * 10, { constraints: rnd(2) ? c : { ...c, tags: [...c.tags] }, priority: rnd(3) });
+        return task(`t${String(i).padStart(3, '0')}`, i * 10, {
+          constraints: rnd(2) ? c : { ...c, tags: [...c.tags] },
+          priority: rnd(3),
+        });
       });
       const free = Array.from({ length: rnd(12) }, (_, i) =>
         dev(`d${i}`, { hostId: `h${rnd(2)}`, driverType: kinds[rnd(3)], tags: tagSets[rnd(4)] }),
       );
       const ctx = { now: 400, agingMs: 100 };
-      const got = (name: string) => getStrategy(name).assign(queue, free, ctx).map((p) => [p.task.taskId, p.device.deviceId]);
+      const got = (name: string) =>
+        getStrategy(name)
+          .assign(queue, free, ctx)
+          .map((p) => [p.task.taskId, p.device.deviceId]);
       assert.deepEqual(got('fifo_match'), plain(queue, free), `fifo_match, round ${round}`);
       const byEffective = [...queue].sort(
-        (a, b) => effective(b, ctx.now, ctx.agingMs) - effective(a, ctx.now, ctx.agingMs) || a.submittedAt - b.submittedAt,
+        (a, b) =>
+          effective(b, ctx.now, ctx.agingMs) - effective(a, ctx.now, ctx.agingMs) || a.submittedAt - b.submittedAt,
       );
       assert.deepEqual(got('priority_aging'), plain(byEffective, free), `priority_aging, round ${round}`);
     }
@@ -166,7 +174,12 @@ describe('policy and classification (pure)', () => {
   });
 
   it('the retry wait counts the silence a lost lease or a missed ack deadline already waited', () => {
-    const p = { ...DEFAULT_POLICY, leaseTimeoutMs: 20_000, ackTimeoutMs: 30_000, backoff: { initialMs: 1_000, multiplier: 4, maxMs: 60_000 } };
+    const p = {
+      ...DEFAULT_POLICY,
+      leaseTimeoutMs: 20_000,
+      ackTimeoutMs: 30_000,
+      backoff: { initialMs: 1_000, multiplier: 4, maxMs: 60_000 },
+    };
     // A task failure waits the whole backoff; a lost host was already silent for a lease.
     assert.equal(retryDelayMs(p, 1, { outcome: 'retryable_failure', reason: 'runner_failed' }), 1_000);
     assert.equal(retryDelayMs(p, 1, { outcome: 'lease_expired', reason: 'lease_expired' }), 0);

@@ -3,21 +3,34 @@
  * flags. Only snapshots signed with the enrolled key get in (the update validator refuses the rest
  * before anything reaches history). It publishes to the pool schedulers only when something that
  * matters for assignment changed (device set, driver/tags, health, offline, online, drain, keys).
+ *
+ * Liveness: while the host is online this workflow keeps one session activity scheduled on the
+ * host's own queue (host-worker/session.ts). The host heartbeats it, and its heartbeat timeout
+ * (`hostTimeoutMs`) is the liveness lease: a host that dies goes offline within it, at no history
+ * event per beat. Signed snapshots come less often (on change, and periodically); a host with no
+ * signed snapshot for `snapshotTimeoutMs` goes offline too, so only the host itself, not a worker
+ * polling its queue, can keep it online for long.
  */
 import {
+  ActivityFailure,
+  TimeoutFailure,
   allHandlersFinished,
   condition,
   continueAsNew,
   log,
+  patched,
   proxyActivities,
   setCurrentDetails,
   setHandler,
   sleep,
   upsertSearchAttributes,
+  workflowInfo,
 } from '@temporalio/workflow';
 import type * as controlActivities from '../activities/control-plane';
+import type { HostSessionActivities } from '../host-worker/session';
 import { shouldContinueAsNew } from './continue-as-new';
-import { SignDomain, validPublicKeys, verifySignature, type HostPublicKeys } from './identity';
+import { SignDomain, sessionStopBody, validPublicKeys, verifySignature, type HostPublicKeys } from './identity';
+import { hostTaskQueue } from './ids';
 import {
   hostSnapshotUpdate,
   hostStateQuery,
@@ -38,11 +51,22 @@ const { syncHost } = proxyActivities<ReturnType<typeof controlActivities.createC
 /** Snapshots stamped further than this from the workflow's clock are refused (replays, bad clocks). */
 export const MAX_SNAPSHOT_SKEW_MS = 5 * 60_000;
 
+/** How long one liveness session runs before the next replaces it (six history events each). */
+export const SESSION_MS = 30 * 60_000;
+
 export interface HostInput {
   hostId: string;
   pool: string;
-  /** Silent longer than this: offline, devices not assignable. */
+  /**
+   * The liveness lease: the heartbeat timeout of the host's session (and how long a scheduled
+   * session may wait for the host to pick it up). A host silent longer than this goes offline.
+   */
   hostTimeoutMs: number;
+  /**
+   * No signed snapshot for longer than this: offline (default 6 x hostTimeoutMs). Hosts snapshot
+   * every `snapshotIntervalMs` (default 60 s), so keep it a few times that.
+   */
+  snapshotTimeoutMs?: number;
   /** Public keys enrolled by the operator; without them every snapshot is refused. */
   keys?: HostPublicKeys;
   historyLimit?: number;
@@ -115,6 +139,10 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
   /** A pool presumes this host lost since then: republish once a snapshot verified after it arrives. */
   let reconfirmAt = input.carried?.reconfirmAt;
   let beats = 0;
+  /** Liveness through a session activity (hosts before it only snapshot; their histories replay without). */
+  const sessions = patched('host-session-v1');
+  const snapshotTimeoutMs = sessions ? (input.snapshotTimeoutMs ?? input.hostTimeoutMs * 6) : input.hostTimeoutMs;
+  let continuing = false;
   upsertSearchAttributes([
     { key: FleetKind, value: 'host' },
     { key: FleetHostId, value: hostId },
@@ -191,24 +219,91 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
     );
   };
 
-  // Liveness watchdog: one timer per silence window, not one per snapshot (each timer is a billed
-  // action and two history events; a host snapshots every few seconds).
+  // Snapshot watchdog: one timer per silence window, not one per snapshot (each timer is a billed
+  // action and two history events).
   void (async () => {
     for (;;) {
       if (!view.online || view.lastSeenAt === undefined) {
         await condition(() => view.online && view.lastSeenAt !== undefined);
         continue;
       }
-      const left = view.lastSeenAt + input.hostTimeoutMs - Date.now();
+      const left = view.lastSeenAt + snapshotTimeoutMs - Date.now();
       if (left > 0) {
         await sleep(left);
         continue;
       }
-      log.info('host silent past its timeout: offline', { hostId });
+      log.info('no signed snapshot within its timeout: offline', { hostId, snapshotTimeoutMs });
       view.online = false;
       beats++;
     }
   })();
+
+  /** A snapshot verified within the last lease proves the host alive (a new process of it, say). */
+  const provedAliveRecently = () => Date.now() - (view.lastSeenAt ?? 0) < input.hostTimeoutMs;
+  let sessionNo = 0;
+  const runSessions = async (): Promise<void> => {
+    for (;;) {
+      await condition(() => continuing || (view.online && view.keys !== undefined));
+      if (continuing) return;
+      const activityId = `session-${++sessionNo}`;
+      const { hostSession } = proxyActivities<HostSessionActivities>({
+        taskQueue: hostTaskQueue(hostId),
+        activityId,
+        scheduleToStartTimeout: input.hostTimeoutMs,
+        heartbeatTimeout: input.hostTimeoutMs,
+        startToCloseTimeout: SESSION_MS + input.hostTimeoutMs,
+        retry: { maximumAttempts: 1 },
+        summary: 'liveness session',
+      });
+      try {
+        const end = await hostSession({ maxMs: SESSION_MS });
+        const keys = view.keys;
+        const body = sessionStopBody(hostId, workflowInfo().runId, activityId);
+        if (end?.stopping && keys && verifySignature(SignDomain.Session, body, end.sig, keys.signing)) {
+          log.info('host stopping: offline', { hostId });
+          view.online = false;
+          beats++;
+        }
+        // Otherwise the session ran its length (or an unsigned stop, ignored): the next one starts.
+      } catch (err) {
+        if (continuing) return;
+        const timedOut = err instanceof ActivityFailure && err.cause instanceof TimeoutFailure;
+        if (!timedOut) {
+          // The host cannot hold a session (an agent from before sessions, say): its snapshots
+          // alone keep it online; try again later rather than in a loop.
+          log.warn('host liveness session failed; relying on snapshots', { hostId, error: String(err) });
+          await sleep(snapshotTimeoutMs);
+        } else if (view.online && !provedAliveRecently()) {
+          log.info('host liveness lease lost: offline', { hostId, hostTimeoutMs: input.hostTimeoutMs });
+          view.online = false;
+          beats++;
+        }
+      }
+    }
+  };
+
+  /** A pool presumes the host lost: ask it for a snapshot now (its answer is the proof). */
+  let askedFor: number | undefined;
+  const askForSnapshots = async (): Promise<void> => {
+    const { hostSnapshotNow } = proxyActivities<HostSessionActivities>({
+      taskQueue: hostTaskQueue(hostId),
+      scheduleToStartTimeout: input.hostTimeoutMs,
+      startToCloseTimeout: '30s',
+      retry: { maximumAttempts: 1 },
+      summary: 'snapshot now',
+    });
+    for (;;) {
+      await condition(() => continuing || (reconfirmAt !== undefined && reconfirmAt !== askedFor && view.online));
+      if (continuing) return;
+      askedFor = reconfirmAt;
+      // Not answered: the periodic snapshot answers later (or the host is offline by then).
+      await hostSnapshotNow().catch(() => undefined);
+    }
+  };
+  if (sessions) {
+    void runSessions();
+    void askForSnapshots();
+  }
 
   // `handled` lives outside the loop: a change made while a publish was on its way (the watchdog
   // going offline, say) is still seen by the next turn. A new run publishes whatever changed.
@@ -219,6 +314,7 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
     handled = beats;
     await publishIfChanged();
   }
+  continuing = true;
   await condition(allHandlersFinished);
   return await continueAsNew<typeof hostWorkflow>({
     ...input,

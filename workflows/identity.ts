@@ -18,8 +18,15 @@ export const SignDomain = {
   Snapshot: 'fleet.snapshot.v1',
   Report: 'fleet.report.v1',
   Result: 'fleet.result.v1',
+  /** A host ending its liveness session because it is stopping (it goes offline at once). */
+  Session: 'fleet.session.v1',
 } as const;
 export type SignDomainName = (typeof SignDomain)[keyof typeof SignDomain];
+
+/** What a host signs to end its liveness session because it stops; the host workflow verifies it. */
+export function sessionStopBody(hostId: string, runId: string, activityId: string) {
+  return { hostId, runId, activityId, stopping: true as const };
+}
 
 /** JSON with object keys sorted at every level, so both sides sign/verify the same bytes. */
 export function canonicalJson(value: unknown): string {

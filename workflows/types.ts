@@ -191,6 +191,16 @@ export interface SignedSnapshot {
   sig: string;
 }
 
+/**
+ * How a host's liveness session ended (host-worker/session.ts). `stopping`: the host is shutting
+ * down and says so, signed over { hostId, runId, activityId, stopping: true } (domain
+ * fleet.session.v1); otherwise the session ran its length and the host workflow starts the next.
+ */
+export interface HostSessionEnd {
+  stopping: boolean;
+  sig?: string;
+}
+
 /** The scheduler's view of one device. */
 export interface PoolDevice {
   hostId: string;

@@ -163,9 +163,11 @@ export interface BenchFleetOptions {
   driverType?: string;
   maxQueueDepth?: number;
   taskDefaults?: ControlPlaneConfigInput['taskDefaults'];
-  /** Host silence before offline; product default 30 s. */
+  /** The host liveness lease (session heartbeat timeout); product default 30 s. */
   hostTimeoutMs?: number;
-  /** Host snapshot period; product default 10 s. */
+  /** No signed snapshot for this long: offline; product default 180 s. */
+  snapshotTimeoutMs?: number;
+  /** Host snapshot period; product default 60 s. */
   snapshotIntervalMs?: number;
   /**
    * Who serves the control queue: 'in-process' (default) a control-plane worker in this process;
@@ -212,6 +214,7 @@ export function benchConfig(opts: BenchFleetOptions, suffix: string): ControlPla
     pools: Object.fromEntries([pool, ...(opts.extraPools ?? []).map((p) => `${p}-${suffix}`)].map((p) => [p, poolCfg])),
     taskDefaults: opts.taskDefaults ?? {},
     hostTimeoutMs: opts.hostTimeoutMs,
+    snapshotTimeoutMs: opts.snapshotTimeoutMs,
   });
 }
 
@@ -273,7 +276,7 @@ export async function startBenchFleet(be: BenchEnv, opts: BenchFleetOptions): Pr
         })),
       ),
       runners: recorder.runners(hostId),
-      snapshotIntervalMs: opts.snapshotIntervalMs ?? 10_000,
+      snapshotIntervalMs: opts.snapshotIntervalMs ?? 60_000,
       progressIntervalMs: 5_000,
     });
     hosts.set(hostId, host);
@@ -360,7 +363,7 @@ export async function closeTimes(
   return out;
 }
 
-/** The P1-P3 fleet: the run's hosts x devices, snapshots at the run's period, offline after three missed. */
+/** The P1-P3 fleet: the run's hosts x devices, liveness sessions with the run's lease, snapshots at its period. */
 export function startLoadFleet(be: BenchEnv, name: string, o: BenchOptions): Promise<BenchFleet> {
   return startBenchFleet(be, {
     controlPlane: o.controlPlane,
@@ -368,6 +371,7 @@ export function startLoadFleet(be: BenchEnv, name: string, o: BenchOptions): Pro
     hosts: o.hosts,
     devicesPerHost: o.devices,
     snapshotIntervalMs: o.snapshotMs,
-    hostTimeoutMs: o.snapshotMs * 3,
+    snapshotTimeoutMs: o.snapshotMs * 3,
+    hostTimeoutMs: o.hostTimeoutMs,
   });
 }

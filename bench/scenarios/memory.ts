@@ -65,7 +65,7 @@ export const memory: Scenario = async (be, o) => {
     hostId,
     credentialFile,
     pool: bf.pool,
-    snapshotIntervalMs: 10_000,
+    snapshotIntervalMs: 60_000,
     progressIntervalMs: 5_000,
     driver: {
       type: 'sim',

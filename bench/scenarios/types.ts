@@ -22,8 +22,10 @@ export interface BenchOptions {
   /** P4 timings (ms). */
   p4: { leaseMs: number; hostTimeoutMs: number; snapshotIntervalMs: number; ackTimeoutMs: number; backoffMs: number; tasks: number };
   memTasks: number;
-  /** P1-P3: host snapshot interval (product default 10 s). */
+  /** P1-P3: host snapshot interval (product default 60 s); the snapshot timeout is 3x it. */
   snapshotMs: number;
+  /** P1-P3: the host liveness lease, the session's heartbeat timeout (product default 30 s). */
+  hostTimeoutMs: number;
   /** P1-P3: who serves the control queue (bench/lib/fleet.ts). */
   controlPlane: 'in-process' | 'process';
 }

@@ -7,7 +7,8 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { Client } from '@temporalio/client';
+import type { Client, WorkflowHandle } from '@temporalio/client';
+import { temporal } from '@temporalio/proto';
 import { FleetClient } from '../../control-plane/client';
 import {
   parseControlPlaneConfig,
@@ -60,7 +61,7 @@ export interface Fleet {
   fleet: FleetClient;
   hostId(name: string): string;
   /** Issues (once per name) and enrols a host credential, as an operator would; returns it. */
-  enroll(name: string, opts?: { hostTimeoutMs?: number }): Promise<HostCredential>;
+  enroll(name: string, opts?: { hostTimeoutMs?: number; snapshotTimeoutMs?: number }): Promise<HostCredential>;
   addHost(
     name: string,
     devices: SimDeviceSpec[],
@@ -99,6 +100,13 @@ export const FAST_POLICY = {
   leaseTimeoutMs: 2_000,
   executionTimeoutMs: 60_000,
 };
+
+/** The host's liveness session has been picked up by a worker and is running (from describe: pending activities). */
+export async function sessionRunning(handle: WorkflowHandle): Promise<true | undefined> {
+  const pending = (await handle.describe()).raw.pendingActivities ?? [];
+  const STARTED = temporal.api.enums.v1.PendingActivityState.PENDING_ACTIVITY_STATE_STARTED;
+  return pending.some((a) => a.activityType?.name === 'hostSession' && a.state === STARTED) ? true : undefined;
+}
 
 export async function eventually<T>(
   probe: () => Promise<T | undefined>,
@@ -199,6 +207,7 @@ export async function startFleet(name: string, opts: FleetOptions = {}): Promise
         pool,
         keys: publicKeys(cred),
         hostTimeoutMs: enrollOpts.hostTimeoutMs ?? 5_000,
+        snapshotTimeoutMs: enrollOpts.snapshotTimeoutMs,
       });
       return cred;
     },
