@@ -139,9 +139,7 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
   /** A pool presumes this host lost since then: republish once a snapshot verified after it arrives. */
   let reconfirmAt = input.carried?.reconfirmAt;
   let beats = 0;
-  /** Liveness through a session activity (hosts before it only snapshot; their histories replay without). */
-  const sessions = patched('host-session-v1');
-  const snapshotTimeoutMs = sessions ? (input.snapshotTimeoutMs ?? input.hostTimeoutMs * 6) : input.hostTimeoutMs;
+  const snapshotTimeoutMs = input.snapshotTimeoutMs ?? input.hostTimeoutMs * 6;
   let continuing = false;
   upsertSearchAttributes([
     { key: FleetKind, value: 'host' },
@@ -219,25 +217,6 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
     );
   };
 
-  // Snapshot watchdog: one timer per silence window, not one per snapshot (each timer is a billed
-  // action and two history events).
-  void (async () => {
-    for (;;) {
-      if (!view.online || view.lastSeenAt === undefined) {
-        await condition(() => view.online && view.lastSeenAt !== undefined);
-        continue;
-      }
-      const left = view.lastSeenAt + snapshotTimeoutMs - Date.now();
-      if (left > 0) {
-        await sleep(left);
-        continue;
-      }
-      log.info('no signed snapshot within its timeout: offline', { hostId, snapshotTimeoutMs });
-      view.online = false;
-      beats++;
-    }
-  })();
-
   /** A snapshot verified within the last lease proves the host alive (a new process of it, say). */
   const provedAliveRecently = () => Date.now() - (view.lastSeenAt ?? 0) < input.hostTimeoutMs;
   let sessionNo = 0;
@@ -300,10 +279,41 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
       await hostSnapshotNow().catch(() => undefined);
     }
   };
-  if (sessions) {
-    void runSessions();
-    void askForSnapshots();
+  /**
+   * Liveness through the session, from the first workflow task that runs this code: at once in a
+   * new run, and in a run from before sessions (replayed without them) at its next snapshot or
+   * timer, so new hosts, which snapshot only once a minute, are not timed out by the old 30 s rule.
+   */
+  let sessionsStarted = false;
+  function sessionsOn(): boolean {
+    if (!sessionsStarted && patched('host-session-v1')) {
+      sessionsStarted = true;
+      void runSessions();
+      void askForSnapshots();
+    }
+    return sessionsStarted;
   }
+  sessionsOn();
+
+  // Snapshot watchdog: one timer per silence window, not one per snapshot (each timer is a billed
+  // action and two history events).
+  void (async () => {
+    for (;;) {
+      if (!view.online || view.lastSeenAt === undefined) {
+        await condition(() => view.online && view.lastSeenAt !== undefined);
+        continue;
+      }
+      const timeout = sessionsOn() ? snapshotTimeoutMs : input.hostTimeoutMs;
+      const left = view.lastSeenAt + timeout - Date.now();
+      if (left > 0) {
+        await sleep(left);
+        continue;
+      }
+      log.info('no signed snapshot within its timeout: offline', { hostId, timeout });
+      view.online = false;
+      beats++;
+    }
+  })();
 
   // `handled` lives outside the loop: a change made while a publish was on its way (the watchdog
   // going offline, say) is still seen by the next turn. A new run publishes whatever changed.
@@ -311,6 +321,7 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
   while (!shouldContinueAsNew(input.historyLimit)) {
     await condition(() => beats !== handled || shouldContinueAsNew(input.historyLimit));
     if (shouldContinueAsNew(input.historyLimit)) break;
+    sessionsOn();
     handled = beats;
     await publishIfChanged();
   }

@@ -71,7 +71,7 @@ export const hostTable = (items: HostResource[]): string =>
   items.length === 0
     ? 'no hosts\n'
     : table(
-        ['HOST', 'POOL', 'ONLINE', 'DRAINED', 'DEVICES', 'DRAINED DEVICES', 'LAST SEEN'],
+        ['HOST', 'POOL', 'ONLINE', 'DRAINED', 'DEVICES', 'DRAINED DEVICES', 'LAST SNAPSHOT'],
         items.map((h) => [
           h.hostId,
           h.pool,

@@ -44,6 +44,7 @@ export const HostResourceSchema = z.object({
   online: z.boolean(),
   drained: z.boolean(),
   drainedDevices: z.array(z.string()),
+  /** When the host's last verified snapshot arrived (liveness itself is the session lease: see `online`). */
   lastSeenAt: TimestampSchema.optional(),
   devices: z.array(DeviceResourceSchema),
 });
