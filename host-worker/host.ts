@@ -88,6 +88,7 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
     activities: {
       ...createHostSessionActivities({
         credential: opts.credential,
+        bootId,
         stopping,
         sendSnapshot: () => sendSnapshot() /* defined below; called once the worker runs */,
         log: opts.log,
@@ -131,12 +132,22 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
   let lastSentAt = 0;
   let lastSentKey = '';
   /** Signed with the host's key; the host workflow (created by enrolment) refuses anything else. */
+  /** Snapshots on their way; once the host stops none is sent (its stop must be its last word). */
+  const sending = new Set<Promise<unknown>>();
+  let closing = false;
   const sendSnapshot = async (): Promise<void> => {
+    if (closing) return;
     const s = snapshot();
     const key = deviceKey(s.devices);
-    await client.workflow.getHandle(hostWorkflowId(hostId)).executeUpdate(hostSnapshotUpdate, {
+    const sent = client.workflow.getHandle(hostWorkflowId(hostId)).executeUpdate(hostSnapshotUpdate, {
       args: [{ snapshot: s, sig: sign(opts.credential, SignDomain.Snapshot, s) }],
     });
+    sending.add(sent);
+    try {
+      await sent;
+    } finally {
+      sending.delete(sent);
+    }
     lastSentAt = s.sentAt;
     lastSentKey = key;
   };
@@ -174,6 +185,12 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
     stop(stopOpts) {
       stopped ??= (async () => {
         clearInterval(loop);
+        closing = true;
+        // A snapshot still on its way would put the host back online after its stop: let it land
+        // first (a control plane that does not answer gets 5 s).
+        let waited: ReturnType<typeof setTimeout> | undefined;
+        await Promise.race([Promise.allSettled([...sending]), new Promise((r) => (waited = setTimeout(r, 5_000)))]);
+        clearTimeout(waited);
         // The session ends at once saying "stopping" (signed), and the worker's shutdown still
         // reports it: the host workflow takes the host offline now, not when the lease runs out.
         beginStop(stopOpts?.silently ? 'silent' : 'announce');

@@ -11,6 +11,7 @@
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { SignDomain, sessionStopBody } from '../workflows/identity';
+import { hostWorkflowId } from '../workflows/ids';
 import type { HostSessionEnd } from '../workflows/types';
 import { sign, type HostCredential } from './identity';
 
@@ -23,6 +24,8 @@ export interface HostSessionActivities {
 
 export interface HostSessionDeps {
   credential: HostCredential;
+  /** This process's incarnation (its snapshots' bootId); a stop names it. */
+  bootId: string;
   /**
    * Resolves when the host begins to stop: 'announce' ends the session saying so (signed);
    * 'silent' fails it with nothing said, as a frozen host would look until its snapshots stop.
@@ -32,48 +35,90 @@ export interface HostSessionDeps {
   log?(message: string, fields: Record<string, unknown>): void;
 }
 
+/** Longest session the host accepts (the host workflow asks for 30 minutes). */
+const MAX_SESSION_MS = 2 * 60 * 60_000;
+
 export function createHostSessionActivities(deps: HostSessionDeps): HostSessionActivities {
   const hostId = deps.credential.hostId;
+  let stopHow: 'announce' | 'silent' | undefined;
+  const stopWaiters = new Set<() => void>();
+  void deps.stopping.then((how) => {
+    stopHow = how;
+    for (const wake of stopWaiters) wake();
+  });
+  /** The session being held: a newer one (the host workflow moved on) supersedes it. */
+  let current = 0;
+
+  /** Only the host's own workflow may open a session or ask for a snapshot; anything else is refused at once. */
+  const fromHostWorkflow = (what: string) => {
+    const wf = Context.current().info.workflowExecution?.workflowId;
+    if (wf !== hostWorkflowId(hostId)) {
+      throw ApplicationFailure.nonRetryable(
+        `${what} scheduled by ${wf ?? 'no workflow'}, not by ${hostWorkflowId(hostId)}`,
+      );
+    }
+  };
+
+  /** Sleeps `ms`, or less if the host begins to stop; rejects with CancelledFailure if the session is cancelled. */
+  const nap = async (ms: number): Promise<void> => {
+    let wake!: () => void;
+    const stopped = new Promise<void>((resolve) => (wake = resolve));
+    stopWaiters.add(wake);
+    try {
+      await Promise.race([Context.current().sleep(ms), stopped]);
+    } finally {
+      stopWaiters.delete(wake);
+    }
+  };
+
   return {
     async hostSession({ maxMs }) {
+      fromHostWorkflow('liveness session');
       const ctx = Context.current();
-      // A third of the timeout: two beats may be late or lost before the lease goes. The SDK sends
-      // at most one per 0.8 x the timeout to the server; the rest stay in the worker.
+      const me = ++current;
+      // A third of the timeout between beats; the SDK sends at most one per 0.8 x the timeout to
+      // the server (the rest stay in the worker), and the host workflow allows half a timeout more
+      // for a host that was late to learn it and report.
       const every = Math.max(50, Math.floor((ctx.info.heartbeatTimeoutMs ?? 30_000) / 3));
-      const until = Date.now() + Math.max(0, maxMs);
-      let stopped: 'announce' | 'silent' | undefined;
-      void deps.stopping.then((how) => (stopped = how));
-      const stop = deps.stopping.then(() => 'stop' as const);
+      const until = Date.now() + Math.min(Math.max(0, maxMs), MAX_SESSION_MS);
       ctx.heartbeat();
       for (;;) {
         const left = until - Date.now();
-        if (left <= 0) return { stopping: false };
-        // ctx.sleep rejects with CancelledFailure when the session is cancelled: the server refused
-        // a beat (the lease ran out while this host was frozen or cut off, so it may be offline now,
-        // and nothing tells it; or the host workflow's run moved on). A snapshot now brings it back.
-        const r = await Promise.race([ctx.sleep(Math.min(every, left)).then(() => 'tick' as const), stop]).catch(
-          (err: unknown) => {
-            if (!stopped) {
+        if (left <= 0 || me !== current) return { stopping: false };
+        if (stopHow === undefined) {
+          try {
+            await nap(Math.min(every, left));
+          } catch (err) {
+            // Cancelled: the server refused a beat (the lease ran out while this host was frozen
+            // or cut off, so it may be offline now and nothing tells it), or the host workflow's
+            // run moved on. A snapshot now brings it back.
+            if (stopHow === undefined) {
               deps.log?.('liveness session lost; sending a snapshot', {
                 reason: String(ctx.cancellationSignal.reason),
               });
               deps.sendSnapshot().catch((e) => deps.log?.('snapshot failed; will retry', { error: String(e) }));
             }
             throw err;
-          },
-        );
-        if (r === 'stop' || stopped) {
-          if (stopped === 'silent') throw ApplicationFailure.nonRetryable('host stopped without announcing it');
+          }
+        }
+        if (stopHow === 'silent') throw ApplicationFailure.nonRetryable('host stopped without announcing it');
+        if (stopHow === 'announce') {
           const runId = ctx.info.workflowExecution?.runId ?? '';
           return {
             stopping: true,
-            sig: sign(deps.credential, SignDomain.Session, sessionStopBody(hostId, runId, ctx.info.activityId)),
+            bootId: deps.bootId,
+            sig: sign(
+              deps.credential,
+              SignDomain.Session,
+              sessionStopBody(hostId, runId, ctx.info.activityId, deps.bootId),
+            ),
           };
         }
         ctx.heartbeat();
       }
     },
     async hostSnapshotNow() {
+      fromHostWorkflow('snapshot request');
       await deps.sendSnapshot();
     },
   };

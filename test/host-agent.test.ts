@@ -86,7 +86,7 @@ describe('host agent (seed 002)', () => {
     await f.waitForStatus(taskId, 'done');
   });
 
-  it('Liveness is the session lease, not the snapshots: a frozen host goes offline within its lease, and beats write no history', async () => {
+  it('Liveness is the session lease, not the snapshots: a frozen host goes offline within 1.5 leases, and beats write no history', async () => {
     f = await startFleet('session-lease');
     // Snapshots a minute apart and a snapshot timeout of three: only the session can notice in seconds.
     const a = await f.spawnHost('A', ['a1'], { hostTimeoutMs: 1_500, snapshotIntervalMs: 60_000 });

@@ -115,6 +115,10 @@ export function validateSnapshot(view: HostView, hostId: string, signed: SignedS
   if (s.bootId === view.bootId ? s.seq <= view.seq : view.lastSentAt !== undefined && s.sentAt <= view.lastSentAt) {
     throw new Error('snapshot is not newer than the last accepted one (replayed?)');
   }
+  // A process that said it stopped does not come back (a snapshot it had on its way arrives late).
+  if (view.stoppedBootId !== undefined && s.bootId === view.stoppedBootId) {
+    throw new Error('snapshot from a host process that has stopped');
+  }
 }
 
 export async function hostWorkflow(input: HostInput): Promise<never> {
@@ -139,7 +143,8 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
   /** A pool presumes this host lost since then: republish once a snapshot verified after it arrives. */
   let reconfirmAt = input.carried?.reconfirmAt;
   let beats = 0;
-  const snapshotTimeoutMs = input.snapshotTimeoutMs ?? input.hostTimeoutMs * 6;
+  // Hosts enrolled before the setting existed: at least three of the hosts' default snapshot periods.
+  const snapshotTimeoutMs = input.snapshotTimeoutMs ?? Math.max(input.hostTimeoutMs * 6, 180_000);
   let continuing = false;
   upsertSearchAttributes([
     { key: FleetKind, value: 'host' },
@@ -217,8 +222,19 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
     );
   };
 
-  /** A snapshot verified within the last lease proves the host alive (a new process of it, say). */
-  const provedAliveRecently = () => Date.now() - (view.lastSeenAt ?? 0) < input.hostTimeoutMs;
+  /**
+   * The lease ran out (or the session was never picked up). Still alive if a new process of the
+   * host reported since the session began (a restart: the old process's session ran out, the new
+   * one is fine). Otherwise wait half a lease for a snapshot verified after the loss: a live host
+   * that was only late or cut off for a moment learns of the loss when the server refuses its next
+   * beat, and sends one at once (host-worker/session.ts). The SDK beats at 0.8 x the lease, which
+   * alone would leave a late beat only a fifth of it.
+   */
+  const stillAlive = async (bootAtStart: string | undefined): Promise<boolean> => {
+    if (view.bootId !== bootAtStart) return true;
+    const lostAt = Date.now();
+    return await condition(() => continuing || (view.lastSeenAt ?? 0) > lostAt, Math.round(input.hostTimeoutMs / 2));
+  };
   let sessionNo = 0;
   const runSessions = async (): Promise<void> => {
     for (;;) {
@@ -234,16 +250,23 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
         retry: { maximumAttempts: 1 },
         summary: 'liveness session',
       });
+      const began = Date.now();
+      const bootAtStart = view.bootId;
       try {
         const end = await hostSession({ maxMs: SESSION_MS });
         const keys = view.keys;
-        const body = sessionStopBody(hostId, workflowInfo().runId, activityId);
-        if (end?.stopping && keys && verifySignature(SignDomain.Session, body, end.sig, keys.signing)) {
+        // The stop names its process (bootId): a process that stops after a newer one of the same
+        // host reported (a restart that overlapped) does not take the host offline.
+        const body = sessionStopBody(hostId, workflowInfo().runId, activityId, end?.bootId ?? '');
+        const signed = !!end?.stopping && !!keys && verifySignature(SignDomain.Session, body, end.sig, keys.signing);
+        if (signed && end.bootId === view.bootId) {
           log.info('host stopping: offline', { hostId });
           view.online = false;
+          view.stoppedBootId = end.bootId;
           beats++;
+          continue;
         }
-        // Otherwise the session ran its length (or an unsigned stop, ignored): the next one starts.
+        // Otherwise the session ran its length, or it was a stale or unsigned stop: the next starts.
       } catch (err) {
         if (continuing) return;
         const timedOut = err instanceof ActivityFailure && err.cause instanceof TimeoutFailure;
@@ -252,12 +275,18 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
           // alone keep it online; try again later rather than in a loop.
           log.warn('host liveness session failed; relying on snapshots', { hostId, error: String(err) });
           await sleep(snapshotTimeoutMs);
-        } else if (view.online && !provedAliveRecently()) {
-          log.info('host liveness lease lost: offline', { hostId, hostTimeoutMs: input.hostTimeoutMs });
+          continue;
+        }
+        if (view.online && !(await stillAlive(bootAtStart)) && !continuing) {
+          log.info('host liveness lease lost: offline', { hostId, hostTimeoutMs: input.hostTimeoutMs, bootAtStart });
           view.online = false;
           beats++;
         }
       }
+      // A session that ended well before its time (a rogue poller completing or failing sessions
+      // at once, say) must not turn this into a loop of workflow tasks: at most one per lease.
+      const early = began + input.hostTimeoutMs - Date.now();
+      if (early > 0 && !continuing) await sleep(early);
     }
   };
 

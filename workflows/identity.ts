@@ -23,9 +23,12 @@ export const SignDomain = {
 } as const;
 export type SignDomainName = (typeof SignDomain)[keyof typeof SignDomain];
 
-/** What a host signs to end its liveness session because it stops; the host workflow verifies it. */
-export function sessionStopBody(hostId: string, runId: string, activityId: string) {
-  return { hostId, runId, activityId, stopping: true as const };
+/**
+ * What a host signs to end its liveness session because it stops (the process `bootId` stops); the
+ * host workflow verifies it. The run and activity ids make it good for that one session only.
+ */
+export function sessionStopBody(hostId: string, runId: string, activityId: string, bootId: string) {
+  return { hostId, runId, activityId, bootId, stopping: true as const };
 }
 
 /** JSON with object keys sorted at every level, so both sides sign/verify the same bytes. */

@@ -149,6 +149,8 @@ export interface HostView {
   /** Enrolled public keys (none: the host is not enrolled and every snapshot is refused). */
   keys?: HostPublicKeys;
   lastSentAt?: number;
+  /** The host process (bootId) that last ended its session saying it stopped. */
+  stoppedBootId?: string;
 }
 /** Operator enrollment (or key rotation): the host's public keys. */
 export const registerHostKeysSignal = defineSignal<[{ keys: HostPublicKeys }]>('registerHostKeys');

@@ -193,11 +193,13 @@ export interface SignedSnapshot {
 
 /**
  * How a host's liveness session ended (host-worker/session.ts). `stopping`: the host is shutting
- * down and says so, signed over { hostId, runId, activityId, stopping: true } (domain
+ * down and says so, signed over { hostId, runId, activityId, bootId, stopping: true } (domain
  * fleet.session.v1); otherwise the session ran its length and the host workflow starts the next.
  */
 export interface HostSessionEnd {
   stopping: boolean;
+  /** The stopping process (its snapshots' bootId). */
+  bootId?: string;
   sig?: string;
 }
 
