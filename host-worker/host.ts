@@ -14,6 +14,7 @@ import { Reason } from '../workflows/errors';
 import type { DeviceSnapshot, HostSnapshot, RunOutcome, WorkflowStep } from '../workflows/types';
 import { createHostActivities } from './activities';
 import { createHostSessionActivities } from './session';
+import { deviceSlots } from './slots';
 import { sign, type HostCredential } from './identity';
 import { terminateProcessGroup } from './command-runner';
 import type { DeviceDriver } from './drivers';
@@ -43,7 +44,10 @@ export interface HostOptions {
   progressIntervalMs?: number;
   /** See HostActivityDeps.reportDelayMs (default 1 s). */
   reportDelayMs?: number;
-  /** Concurrent assignments; defaults to the number of devices (at least 1). The liveness session takes one slot more. */
+  /**
+   * Concurrent assignments; defaults to the number of devices (at least 1), following discovery.
+   * The liveness session takes one slot more.
+   */
   maxConcurrentAssignments?: number;
   log?(message: string, fields: Record<string, unknown>): void;
 }
@@ -73,6 +77,10 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
   const client = new Client({ connection: opts.clientConnection, namespace });
   const discover = async () => (opts.driver ? await opts.driver.discover() : (opts.devices ?? []));
   let devices = new Map((await discover()).map((d) => [d.deviceId, d]));
+  // One slot per device (or the configured cap), one more for the liveness session, and one for an
+  // assignment whose predecessor on the same device has not let go yet (refused at once, but it
+  // holds a slot while it is).
+  const slots = deviceSlots(() => (opts.maxConcurrentAssignments ?? Math.max(1, devices.size)) + 2);
   if (opts.journal) await reconcileJournal(opts.journal, opts.credential, client, opts.log);
   const busy = new Set<string>();
   let seq = 0;
@@ -110,9 +118,14 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
         log: opts.log,
       }),
     },
-    // One slot more for the liveness session; another for an assignment whose predecessor on the
-    // same device has not let go yet (it is refused at once, but holds a slot while it is).
-    maxConcurrentActivityTaskExecutions: (opts.maxConcurrentAssignments ?? Math.max(1, devices.size)) + 2,
+    // Activity slots follow the device count as discovery changes it (host-worker/slots.ts). This
+    // worker runs no workflows, local activities or Nexus tasks.
+    tuner: {
+      activityTaskSlotSupplier: slots.supplier,
+      workflowTaskSlotSupplier: { type: 'fixed-size', numSlots: 1 },
+      localActivityTaskSlotSupplier: { type: 'fixed-size', numSlots: 1 },
+      nexusTaskSlotSupplier: { type: 'fixed-size', numSlots: 1 },
+    },
     identity: `host:${hostId}:${bootId.slice(0, 8)}`,
     shutdownGraceTime: '5s',
   });
@@ -165,7 +178,10 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
     if (inFlight) return;
     inFlight = true;
     (async () => {
-      if (opts.driver) devices = new Map((await discover()).map((d) => [d.deviceId, d]));
+      if (opts.driver) {
+        devices = new Map((await discover()).map((d) => [d.deviceId, d]));
+        slots.changed();
+      }
       const due = Date.now() - lastSentAt >= snapshotIntervalMs - discoveryIntervalMs / 2;
       if (due || deviceKey(snapshot().devices) !== lastSentKey) await sendSnapshot();
     })()
@@ -179,6 +195,7 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
     worker,
     async setDevices(next) {
       devices = new Map(next.map((d) => [d.deviceId, d]));
+      slots.changed();
       await sendSnapshot();
     },
     sendSnapshot,

@@ -123,6 +123,34 @@ describe('host agent (seed 002)', () => {
     );
   });
 
+  it('Devices found after start-up get activity slots: a host that started empty runs four tasks at once', async () => {
+    f = await startFleet('slots-grow');
+    const host = await f.addHost('A', []); // no devices yet: slots for one assignment and the session
+    const dev = (deviceId: string) => ({
+      deviceId,
+      driverType: 'sim',
+      tags: [],
+      state: 'idle' as const,
+      health: 'good' as const,
+    });
+    await host.setDevices(['a1', 'a2', 'a3', 'a4'].map(dev));
+    await eventually(async () => ((await f!.scheduler()).devices.length === 4 ? true : undefined), 'four devices');
+    const ids = await Promise.all(
+      [1, 2, 3, 4].map(async (i) => (await f!.fleet.submit({ goal: `t${i} [sim duration=4000]` })).taskId),
+    );
+    // All four run at the same time: with slots fixed at start-up two would wait in the queue.
+    await eventually(
+      async () => {
+        const ts = await Promise.all(ids.map((id) => f!.fleet.get(id)));
+        return ts.every((t) => t.status === 'running') ? true : undefined;
+      },
+      'four tasks running at once',
+      20_000,
+      100,
+    );
+    await Promise.all(ids.map((id) => f!.waitForStatus(id, 'done', 30_000)));
+  });
+
   it('An unhealthy device is out of rotation until its health check passes again', async () => {
     f = await startFleet('health');
     const host = await f.addHost('A', [{ deviceId: 'a1', health: 'unhealthy' }]);
