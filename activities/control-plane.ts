@@ -3,10 +3,12 @@
  * device workflows, publishing a host's devices to its pools). Built by a factory so the worker
  * injects the client and the configuration.
  */
+import { Context } from '@temporalio/activity';
 import type { Client } from '@temporalio/client';
+import { ApplicationFailure } from '@temporalio/common';
 import { schedulerInput, type ControlPlaneConfig } from '../control-plane/config';
 import type { deviceWorkflow } from '../workflows/device';
-import { deviceWorkflowId, schedulerWorkflowId } from '../workflows/ids';
+import { deviceWorkflowId, hostWorkflowId, schedulerWorkflowId } from '../workflows/ids';
 import { hostDevicesSignal, type HostDevicesUpdate } from '../workflows/messages';
 import type { schedulerWorkflow } from '../workflows/scheduler';
 import type { DeviceSnapshot } from '../workflows/types';
@@ -45,6 +47,14 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
     },
 
     async syncHost(req: SyncHostRequest): Promise<void> {
+      // Only host/<hostId> speaks for a host's devices: a look-alike host workflow (started by
+      // anyone who may start workflows on the control queue) publishes nothing.
+      const from = Context.current().info.workflowExecution?.workflowId;
+      if (from !== hostWorkflowId(req.hostId)) {
+        throw ApplicationFailure.nonRetryable(
+          `devices of host ${req.hostId} published by ${from ?? 'no workflow'}, not by ${hostWorkflowId(req.hostId)}`,
+        );
+      }
       await Promise.all(
         req.newDevices.map((deviceId) =>
           client.workflow.start<typeof deviceWorkflow>('deviceWorkflow', {

@@ -6,12 +6,12 @@ import assert from 'node:assert/strict';
 import { WorkflowUpdateFailedError } from '@temporalio/client';
 import { Worker } from '@temporalio/worker';
 import { createHostCodec, SEALED_ENCODING } from '../control-plane/sealing';
-import { generateHostCredential, sign } from '../host-worker/identity';
+import { generateHostCredential, publicKeys, sign } from '../host-worker/identity';
 import { SignDomain } from '../workflows/identity';
 import { hostTaskQueue, hostWorkflowId, taskWorkflowId } from '../workflows/ids';
 import { hostSnapshotUpdate, hostStateQuery, reportAttemptUpdate } from '../workflows/messages';
 import type { HostSnapshot } from '../workflows/types';
-import { eventually, signReport, startFleet, type Fleet } from './helpers/fleet';
+import { eventually, sessionRunning, signReport, startFleet, type Fleet } from './helpers/fleet';
 import { testEnv } from './setup';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -216,6 +216,44 @@ describe('host identity', () => {
     assert.equal((await handle.query(hostStateQuery)).online, true);
     // Sessions that end at once do not become a loop: at most one per lease (2 s here).
     assert.ok(ended <= Math.ceil(ranMs / 2_000) + 1, `${ended} sessions in ${ranMs} ms`);
+  });
+
+  it('A look-alike host workflow for A (another id, its own keys) can publish nothing for A', async () => {
+    f = await startFleet('look-alike');
+    const host = await f.addHost('A', [{ deviceId: 'a1' }], { hostTimeoutMs: 60_000, snapshotIntervalMs: 60_000 });
+    const realA = f.client.workflow.getHandle(hostWorkflowId(f.hostId('A')));
+    await eventually(() => sessionRunning(realA), "A's own session running");
+    // Someone who may start workflows on the control queue starts a host workflow for A under
+    // another id, with keys of their own, and reports an empty device list for A through it.
+    const mallory = generateHostCredential(f.hostId('A'));
+    const lookAlike = await f.client.workflow.start('hostWorkflow', {
+      workflowId: `not-host/${f.hostId('A')}`,
+      taskQueue: f.config.controlTaskQueue,
+      args: [{ hostId: f.hostId('A'), pool: f.pool, hostTimeoutMs: 60_000, keys: publicKeys(mallory) }],
+    });
+    const s = snapshotOf(f.hostId('A'), f.pool, { devices: [], bootId: 'mallory', seq: 1 });
+    await lookAlike.executeUpdate(hostSnapshotUpdate, {
+      args: [{ snapshot: s, sig: sign(mallory, SignDomain.Snapshot, s) }],
+    });
+    // Its publication is refused (syncHost speaks only for host/<hostId>) and it fails; whatever
+    // else it scheduled on A's queue, A's agent refuses too (test/host/session.test.ts).
+    await assert.rejects(lookAlike.result(), (err: Error) =>
+      /not by host\//.test(String((err as { cause?: { cause?: Error } }).cause?.cause?.message)),
+    );
+    const { events } = await lookAlike.fetchHistory();
+    for (const e of events!.filter((x) => x.activityTaskFailedEventAttributes)) {
+      assert.match(e.activityTaskFailedEventAttributes!.failure!.message ?? '', /not by host\//);
+    }
+    // A's devices, session and work are untouched.
+    const pool = await f.scheduler();
+    assert.deepEqual(
+      pool.devices.map((d) => `${d.hostId}/${d.deviceId}`),
+      [`${f.hostId('A')}/a1`],
+    );
+    assert.equal(await sessionRunning(realA), true);
+    const t = await f.fleet.submit({ goal: 'x [sim duration=50]' });
+    assert.equal((await f.fleet.wait(t.taskId)).status, 'done');
+    await host.stop();
   });
 });
 
