@@ -14,13 +14,15 @@ import { Reason } from '../workflows/errors';
 import type { DeviceSnapshot, HostSnapshot, RunOutcome, WorkflowStep } from '../workflows/types';
 import { createHostActivities } from './activities';
 import { createHostSessionActivities } from './session';
-import { deviceSlots } from './slots';
 import { sign, type HostCredential } from './identity';
 import { terminateProcessGroup } from './command-runner';
 import type { DeviceDriver } from './drivers';
 import type { Journal } from './journal';
 import type { Runners } from './runners';
 import { createSimRunners } from './sim';
+
+/** Assignment slots a host's worker has at least, whatever it found at start-up. */
+export const MIN_ASSIGNMENT_SLOTS = 16;
 
 export interface HostOptions {
   /** The host's credential (its id and private keys); an operator enrolled its public keys. */
@@ -45,8 +47,8 @@ export interface HostOptions {
   /** See HostActivityDeps.reportDelayMs (default 1 s). */
   reportDelayMs?: number;
   /**
-   * Concurrent assignments; defaults to the number of devices (at least 1), following discovery.
-   * The liveness session takes one slot more.
+   * Concurrent assignments; default the number of devices found at start-up, at least
+   * MIN_ASSIGNMENT_SLOTS (16). The liveness session takes one slot more.
    */
   maxConcurrentAssignments?: number;
   log?(message: string, fields: Record<string, unknown>): void;
@@ -77,10 +79,7 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
   const client = new Client({ connection: opts.clientConnection, namespace });
   const discover = async () => (opts.driver ? await opts.driver.discover() : (opts.devices ?? []));
   let devices = new Map((await discover()).map((d) => [d.deviceId, d]));
-  // One slot per device (or the configured cap), one more for the liveness session, and one for an
-  // assignment whose predecessor on the same device has not let go yet (refused at once, but it
-  // holds a slot while it is).
-  const slots = deviceSlots(() => (opts.maxConcurrentAssignments ?? Math.max(1, devices.size)) + 2);
+
   if (opts.journal) await reconcileJournal(opts.journal, opts.credential, client, opts.log);
   const busy = new Set<string>();
   let seq = 0;
@@ -118,14 +117,13 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
         log: opts.log,
       }),
     },
-    // Activity slots follow the device count as discovery changes it (host-worker/slots.ts). This
-    // worker runs no workflows, local activities or Nexus tasks.
-    tuner: {
-      activityTaskSlotSupplier: slots.supplier,
-      workflowTaskSlotSupplier: { type: 'fixed-size', numSlots: 1 },
-      localActivityTaskSlotSupplier: { type: 'fixed-size', numSlots: 1 },
-      nexusTaskSlotSupplier: { type: 'fixed-size', numSlots: 1 },
-    },
+    // A worker's slot count is fixed when it is created, and a host's devices are not (a lab
+    // machine may start before its phones are plugged in): at least MIN_ASSIGNMENT_SLOTS, or one
+    // per device found at start-up; one more for the liveness session, and one for an assignment
+    // whose predecessor on the same device has not let go yet (refused at once, but it holds a
+    // slot while it is). The scheduler only assigns idle devices, so spare slots stay unused.
+    maxConcurrentActivityTaskExecutions:
+      (opts.maxConcurrentAssignments ?? Math.max(MIN_ASSIGNMENT_SLOTS, devices.size)) + 2,
     identity: `host:${hostId}:${bootId.slice(0, 8)}`,
     shutdownGraceTime: '5s',
   });
@@ -178,10 +176,7 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
     if (inFlight) return;
     inFlight = true;
     (async () => {
-      if (opts.driver) {
-        devices = new Map((await discover()).map((d) => [d.deviceId, d]));
-        slots.changed();
-      }
+      if (opts.driver) devices = new Map((await discover()).map((d) => [d.deviceId, d]));
       const due = Date.now() - lastSentAt >= snapshotIntervalMs - discoveryIntervalMs / 2;
       if (due || deviceKey(snapshot().devices) !== lastSentKey) await sendSnapshot();
     })()
@@ -195,7 +190,6 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
     worker,
     async setDevices(next) {
       devices = new Map(next.map((d) => [d.deviceId, d]));
-      slots.changed();
       await sendSnapshot();
     },
     sendSnapshot,
