@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { WorkflowUpdateFailedError } from '@temporalio/client';
-import { Worker } from '@temporalio/worker';
+import { Worker, type WorkerOptions } from '@temporalio/worker';
 import { createHostCodec, SEALED_ENCODING } from '../control-plane/sealing';
 import { generateHostCredential, publicKeys, sign } from '../host-worker/identity';
 import { SignDomain } from '../workflows/identity';
@@ -17,6 +17,17 @@ import { testEnv } from './setup';
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const causeMatches = (re: RegExp) => (err: unknown) =>
   err instanceof WorkflowUpdateFailedError && re.test(String(err.cause?.message));
+
+/** A worker polling another host's queue (`hostId`'s), as anything with namespace access could. */
+const rogueWorker = (hostId: string, opts: Pick<WorkerOptions, 'activities' | 'dataConverter'>) => {
+  const env = testEnv();
+  return Worker.create({
+    connection: env.nativeConnection,
+    namespace: env.namespace ?? 'default',
+    taskQueue: hostTaskQueue(hostId),
+    ...opts,
+  });
+};
 
 describe('host identity', () => {
   let f: Fleet | undefined;
@@ -135,11 +146,7 @@ describe('host identity', () => {
     a.kill('SIGKILL');
     await a.exited;
     let rogueRan = 0;
-    const env = testEnv();
-    const rogue = await Worker.create({
-      connection: env.nativeConnection,
-      namespace: env.namespace ?? 'default',
-      taskQueue: hostTaskQueue(f.hostId('A')),
+    const rogue = await rogueWorker(f.hostId('A'), {
       dataConverter: { payloadCodecs: [createHostCodec(credB.hostId, credB.boxKey)] },
       activities: {
         async runAssignment() {
@@ -188,11 +195,7 @@ describe('host identity', () => {
     assert.equal((await handle.query(hostStateQuery)).online, true);
     const credB = await f.enroll('B');
     let ended = 0;
-    const env = testEnv();
-    const rogue = await Worker.create({
-      connection: env.nativeConnection,
-      namespace: env.namespace ?? 'default',
-      taskQueue: hostTaskQueue(f.hostId('A')),
+    const rogue = await rogueWorker(f.hostId('A'), {
       activities: {
         async hostSession() {
           ended++;
