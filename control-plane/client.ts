@@ -53,6 +53,16 @@ export class TaskRejectedError extends Error {
 export class TaskNotFoundError extends Error {
   override name = 'TaskNotFoundError';
 }
+/** `wait` gave up: the task has not ended within the time allowed (it goes on running). */
+export class TaskWaitTimeoutError extends Error {
+  override name = 'TaskWaitTimeoutError';
+  constructor(
+    public readonly taskId: string,
+    public readonly timeoutMs: number,
+  ) {
+    super(`task ${taskId} has not ended within ${timeoutMs} ms (it goes on; wait again or cancel it)`);
+  }
+}
 
 const id = z.string().refine(isValidId, { message: ID_RULE });
 /** Like TaskPolicySchema but without defaults: `.partial()` would still fill zod defaults in. */
@@ -295,12 +305,38 @@ export class FleetClient {
     }
   }
 
-  /** Waits until the task ended, then returns its recorded state. */
-  async wait(taskId: string): Promise<TaskView> {
-    try {
-      await this.client.workflow.getHandle(taskWorkflowId(taskId)).result();
-    } catch (err) {
-      if (!(err instanceof WorkflowFailedError)) throw err;
+  /**
+   * Waits until the task ended, then returns its recorded state. With `timeoutMs`, gives up after
+   * that long with a TaskWaitTimeoutError; the task itself is not touched.
+   */
+  async wait(taskId: string, opts: { timeoutMs?: number } = {}): Promise<TaskView> {
+    const handle = this.client.workflow.getHandle(taskWorkflowId(taskId));
+    const untilEnd = async (): Promise<void> => {
+      try {
+        await handle.result();
+      } catch (err) {
+        if ((err as Error)?.name === 'WorkflowNotFoundError') throw new TaskNotFoundError(`task ${taskId} not found`);
+        if (!(err instanceof WorkflowFailedError)) throw err;
+      }
+    };
+    const { timeoutMs } = opts;
+    if (timeoutMs === undefined) {
+      await untilEnd();
+    } else {
+      if (!Number.isFinite(timeoutMs) || timeoutMs < 0)
+        throw new RangeError(`timeoutMs must be >= 0, got ${timeoutMs}`);
+      const abort = new AbortController();
+      const timer = setTimeout(() => abort.abort(), timeoutMs);
+      try {
+        // The abort cancels the long poll itself, so nothing is left waiting on the server.
+        await this.client.withAbortSignal(abort.signal, untilEnd);
+      } catch (err) {
+        if (abort.signal.aborted && !(err instanceof TaskNotFoundError))
+          throw new TaskWaitTimeoutError(taskId, timeoutMs);
+        throw err;
+      } finally {
+        clearTimeout(timer);
+      }
     }
     return this.get(taskId);
   }

@@ -11,7 +11,13 @@ import { createHostCodec } from '../control-plane/sealing';
 import { SignDomain } from '../workflows/identity';
 import { hostSnapshotUpdate } from '../workflows/messages';
 import { Reason } from '../workflows/errors';
-import type { DeviceSnapshot, HostSnapshot, RunOutcome, WorkflowStep } from '../workflows/types';
+import {
+  assignmentDevices,
+  type DeviceSnapshot,
+  type HostSnapshot,
+  type RunOutcome,
+  type WorkflowStep,
+} from '../workflows/types';
 import { createHostActivities } from './activities';
 import { createHostSessionActivities } from './session';
 import { sign, type HostCredential } from './identity';
@@ -149,7 +155,7 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
   const sendSnapshot = async (): Promise<void> => {
     if (closing) return;
     const s = snapshot();
-    const key = deviceKey(s.devices);
+    const key = JSON.stringify(assignmentDevices(s.devices));
     const sent = client.workflow.getHandle(hostWorkflowId(hostId)).executeUpdate(hostSnapshotUpdate, {
       args: [{ snapshot: s, sig: sign(opts.credential, SignDomain.Snapshot, s) }],
     });
@@ -178,7 +184,7 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
     (async () => {
       if (opts.driver) devices = new Map((await discover()).map((d) => [d.deviceId, d]));
       const due = Date.now() - lastSentAt >= snapshotIntervalMs - discoveryIntervalMs / 2;
-      if (due || deviceKey(snapshot().devices) !== lastSentKey) await sendSnapshot();
+      if (due || JSON.stringify(assignmentDevices(snapshot().devices)) !== lastSentKey) await sendSnapshot();
     })()
       .catch((err) => opts.log?.('snapshot failed; will retry', { error: String(err) }))
       .finally(() => (inFlight = false));
@@ -211,15 +217,6 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
       return stopped;
     },
   };
-}
-
-/** What assignment depends on in a snapshot (busy/idle flips are left out: the pools track those). */
-function deviceKey(devices: DeviceSnapshot[]): string {
-  return JSON.stringify(
-    devices
-      .map((d) => [d.deviceId, d.driverType, [...d.tags].sort(), d.health, d.state === 'offline', d.pool ?? ''])
-      .sort((a, b) => (String(a[0]) < String(b[0]) ? -1 : 1)),
-  );
 }
 
 /**

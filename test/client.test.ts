@@ -1,6 +1,6 @@
 /** The typed client's list and validation, through the registered search attributes (what the Web UI filters on). */
 import assert from 'node:assert/strict';
-import { ValidationError } from '../control-plane/client';
+import { TaskNotFoundError, TaskWaitTimeoutError, ValidationError } from '../control-plane/client';
 import { taskWorkflowId } from '../workflows/ids';
 import { eventually, startFleet, type Fleet } from './helpers/fleet';
 
@@ -47,6 +47,24 @@ describe('fleet client', () => {
       onHost.map((t) => t.taskId),
       [done.taskId],
     );
+  });
+
+  it('wait gives up after its timeout and leaves the task alone; an unknown task is named', async () => {
+    f = await startFleet('client-wait');
+    await f.addHost('h1', [{ deviceId: 'd1', driverType: 'android' }]);
+    const waiting = await f.fleet.submit({ goal: 'needs ios', constraints: { driverType: 'ios' } });
+    await assert.rejects(f.fleet.wait(waiting.taskId, { timeoutMs: 300 }), (err: unknown) => {
+      assert.ok(err instanceof TaskWaitTimeoutError, String(err));
+      assert.equal(err.taskId, waiting.taskId);
+      return true;
+    });
+    assert.equal((await f.fleet.get(waiting.taskId)).status, 'queued');
+    await assert.rejects(f.fleet.wait('no-such-task', { timeoutMs: 5_000 }), TaskNotFoundError);
+    await assert.rejects(f.fleet.wait('no-such-task'), TaskNotFoundError);
+    await assert.rejects(f.fleet.wait(waiting.taskId, { timeoutMs: -1 }), RangeError);
+    // A task that ends within the time allowed is returned as recorded.
+    const quick = await f.fleet.submit({ goal: 'quick [sim duration=50]', constraints: { driverType: 'android' } });
+    assert.equal((await f.fleet.wait(quick.taskId, { timeoutMs: 60_000 })).status, 'done');
   });
 
   it('submit reads the pool answer from the task history: no update (a billed action) is sent', async () => {

@@ -122,7 +122,7 @@ describe('replay: workflow code reproduces its recorded histories', () => {
 
     for (const t of [tasks.goal, tasks.tagged, tasks.definition]) await f.waitForStatus(t.taskId, 'done');
     await f.waitForStatus(tasks.failed.taskId, 'failed');
-    const retried = await f.fleet.wait(tasks.retried.taskId);
+    const retried = await f.fleet.wait(tasks.retried.taskId, { timeoutMs: 60_000 });
     assert.ok(retried.attempts.length > 1, 'the retryable failure was retried');
 
     // Short tasks until the scheduler has rolled over at least once.
@@ -132,7 +132,8 @@ describe('replay: workflow code reproduces its recorded histories', () => {
       async () => {
         const t = await f.fleet.submit({ goal: 'filler [sim duration=1]' });
         more.push(t.taskId);
-        await f.fleet.wait(t.taskId);
+        // Bounded, so a filler that never ends names itself (eventually reports the last error).
+        await f.fleet.wait(t.taskId, { timeoutMs: 30_000 });
         const runs = (await recordRuns(f.client, [scheduler])).length;
         return runs >= 2 ? runs : undefined;
       },

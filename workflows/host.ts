@@ -41,7 +41,7 @@ import {
   type HostView,
 } from './messages';
 import { FleetHostId, FleetKind, FleetPool } from './search-attributes';
-import type { SignedSnapshot } from './types';
+import { assignmentDevices, type SignedSnapshot } from './types';
 
 const { syncHost } = proxyActivities<ReturnType<typeof controlActivities.createControlPlaneActivities>>({
   startToCloseTimeout: '30s',
@@ -81,16 +81,7 @@ export interface HostInput {
 
 /** What assignment depends on; idle/busy flips and timestamps are left out on purpose. */
 export function assignmentRelevant(view: HostView): string {
-  const devices = [...view.devices]
-    .map((d) => ({
-      id: d.deviceId,
-      t: d.driverType,
-      tags: [...d.tags].sort(),
-      h: d.health,
-      off: d.state === 'offline',
-      p: d.pool ?? view.pool,
-    }))
-    .sort((a, b) => (a.id < b.id ? -1 : 1));
+  const devices = assignmentDevices(view.devices, view.pool);
   return JSON.stringify({
     on: view.online,
     dr: view.drained,

@@ -174,6 +174,29 @@ export interface DeviceSnapshot {
   pool?: string;
 }
 
+/**
+ * What assignment depends on in a host's device list, in a stable order: busy/idle flips and
+ * timestamps are left out on purpose (the pools track those). The host sends a snapshot when this
+ * changes, and the host workflow publishes to the pools when it changes; both read it from here.
+ * `defaultPool` stands in for a device without a pool of its own. The host workflow compares the
+ * JSON of it with a value carried across continue-as-new, so its shape must not change.
+ */
+export function assignmentDevices(
+  devices: readonly DeviceSnapshot[],
+  defaultPool?: string,
+): { id: string; t: string; tags: string[]; h: DeviceHealth; off: boolean; p: string | undefined }[] {
+  return devices
+    .map((d) => ({
+      id: d.deviceId,
+      t: d.driverType,
+      tags: [...d.tags].sort(),
+      h: d.health,
+      off: d.state === 'offline',
+      p: d.pool ?? defaultPool,
+    }))
+    .sort((a, b) => (a.id < b.id ? -1 : 1));
+}
+
 export interface HostSnapshot {
   hostId: string;
   pool: string;
