@@ -89,7 +89,13 @@ export function createHostSessionActivities(deps: HostSessionDeps): HostSessionA
           try {
             await nap(Math.min(every, left));
           } catch (err) {
-            // Cancelled: the server refused a beat (the lease ran out while this host was frozen
+            // Cancelled by the host workflow: its run hands over to the next one, which opens a
+            // new session at once. Nothing is lost, so nothing to report.
+            if (ctx.cancellationDetails?.cancelRequested) {
+              deps.log?.("liveness session handed over to the host workflow's next run", {});
+              throw err;
+            }
+            // Otherwise the server refused a beat (the lease ran out while this host was frozen
             // or cut off, so it may be offline now and nothing tells it), or the host workflow's
             // run moved on. A snapshot now brings it back.
             if (stopHow === undefined) {

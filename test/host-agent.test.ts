@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, readdirSync, readlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
+import { temporal } from '@temporalio/proto';
 import { hostWorkflowId } from '../workflows/ids';
 import { hostStateQuery, setDeviceDrainSignal, setHostDrainSignal } from '../workflows/messages';
 import { eventually, sessionRunning, startFleet, type Fleet } from './helpers/fleet';
@@ -121,6 +122,54 @@ describe('host agent (seed 002)', () => {
       async () => ((await f!.scheduler()).devices[0]?.hostOnline === false ? true : undefined),
       'pool sees offline',
     );
+  });
+
+  it('A host workflow that continues-as-new hands its session over: the old run ends it first, and the host stays online', async () => {
+    // Snapshots every 200 ms fill a 30-event history in seconds.
+    f = await startFleet('session-handoff', { historyLimit: 30 });
+    const logs: string[] = [];
+    await f.addHost('A', [{ deviceId: 'a1' }], {
+      hostTimeoutMs: 3_000,
+      snapshotIntervalMs: 200,
+      log: (message) => logs.push(message),
+    });
+    const hostA = f.client.workflow.getHandle(hostWorkflowId(f.hostId('A')));
+    const firstRunId = (await hostA.describe()).runId;
+    await eventually(() => sessionRunning(hostA), 'session running');
+    await eventually(
+      async () => ((await hostA.describe()).runId !== firstRunId ? true : undefined),
+      'continued as new',
+      30_000,
+    );
+    const EventType = temporal.api.enums.v1.EventType;
+    const events = (await f.client.workflow.getHandle(hostA.workflowId, firstRunId).fetchHistory()).events!;
+    const sessions = new Map<string, number>();
+    for (const e of events) {
+      const a = e.activityTaskScheduledEventAttributes;
+      if (a?.activityType?.name === 'hostSession') sessions.set(String(e.eventId), 0);
+    }
+    assert.ok(sessions.size >= 1, 'the first run held a session');
+    const closes = events.filter((e) => {
+      const scheduled =
+        e.activityTaskCompletedEventAttributes?.scheduledEventId ??
+        e.activityTaskFailedEventAttributes?.scheduledEventId ??
+        e.activityTaskTimedOutEventAttributes?.scheduledEventId ??
+        e.activityTaskCanceledEventAttributes?.scheduledEventId;
+      return scheduled !== undefined && scheduled !== null && sessions.has(String(scheduled));
+    });
+    assert.equal(closes.length, sessions.size, 'every session of the run ended before the run did');
+    assert.ok(
+      closes.some((e) => e.eventType === EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED),
+      'the last one was cancelled at the hand-over',
+    );
+    assert.equal(events.at(-1)!.eventType, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW);
+    // The next run opens its own session, and the host never looked offline or lost.
+    await eventually(() => sessionRunning(hostA), 'session running in the next run');
+    assert.equal((await hostA.query(hostStateQuery)).online, true);
+    assert.ok(logs.includes("liveness session handed over to the host workflow's next run"), logs.join(' | '));
+    assert.ok(!logs.some((m) => m.startsWith('liveness session lost')), logs.join(' | '));
+    const { taskId } = await f.fleet.submit({ goal: 'after the hand-over [sim duration=50]' });
+    assert.equal((await f.fleet.wait(taskId, { timeoutMs: 30_000 })).status, 'done');
   });
 
   it('Devices found after start-up get activity slots: a host that started empty runs four tasks at once', async () => {

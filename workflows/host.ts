@@ -12,7 +12,9 @@
  * polling its queue, can keep it online for long.
  */
 import {
+  ActivityCancellationType,
   ActivityFailure,
+  CancellationScope,
   TimeoutFailure,
   allHandlersFinished,
   condition,
@@ -239,6 +241,9 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
         heartbeatTimeout: input.hostTimeoutMs,
         startToCloseTimeout: SESSION_MS + input.hostTimeoutMs,
         retry: { maximumAttempts: 1 },
+        // At a continue-as-new the session is cancelled and the run waits for the host to end it,
+        // so no session outlives its run (its completion would then find no run to report to).
+        cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         summary: 'liveness session',
       });
       const began = Date.now();
@@ -305,11 +310,15 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
    * timer, so new hosts, which snapshot only once a minute, are not timed out by the old 30 s rule.
    */
   let sessionsStarted = false;
+  /** Holds the session loop: cancelled when this run hands over to the next (the end of this function). */
+  const sessionScope = new CancellationScope();
+  let sessionsEnded: Promise<unknown> = Promise.resolve();
+  let snapshotAsksEnded: Promise<unknown> = Promise.resolve();
   function sessionsOn(): boolean {
     if (!sessionsStarted && patched('host-session-v1')) {
       sessionsStarted = true;
-      void runSessions();
-      void askForSnapshots();
+      sessionsEnded = sessionScope.run(runSessions).catch(() => undefined);
+      snapshotAsksEnded = askForSnapshots().catch(() => undefined);
     }
     return sessionsStarted;
   }
@@ -346,6 +355,17 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
     await publishIfChanged();
   }
   continuing = true;
+  // Hand the session over: cancel it and wait until the host has ended it (it learns of the cancel
+  // at its next beat, within about 1.1 leases; a host that is gone ends it by timing out), and let
+  // a snapshot request in flight finish. The next run opens a new session at once, and nothing of
+  // this run's is left to complete against a closed run. Bounded, so a poller that ignores the
+  // cancel cannot hold the run open.
+  if (sessionsStarted && patched('host-session-handoff-v1')) {
+    sessionScope.cancel();
+    let handedOver = false;
+    void Promise.all([sessionsEnded, snapshotAsksEnded]).then(() => (handedOver = true));
+    await condition(() => handedOver, 2 * input.hostTimeoutMs);
+  }
   await condition(allHandlersFinished);
   return await continueAsNew<typeof hostWorkflow>({
     ...input,
