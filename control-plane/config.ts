@@ -22,17 +22,17 @@ const strategyName = z.string().superRefine((name, ctx) => {
   }
 });
 
-export const SchedulerConfigSchema = z.object({
+export const SchedulerConfigSchema = z.strictObject({
   strategy: strategyName.default('fifo_match'),
   maxQueueDepth: z.number().int().positive().default(10_000),
   agingMs: z.number().int().positive().default(60_000),
 });
 
-export const TaskPolicySchema = z.object({
+export const TaskPolicySchema = z.strictObject({
   maxAttempts: z.number().int().positive().max(MAX_ATTEMPTS_LIMIT).default(DEFAULT_POLICY.maxAttempts),
   maxDispatchFailures: z.number().int().positive().default(DEFAULT_POLICY.maxDispatchFailures),
   backoff: z
-    .object({
+    .strictObject({
       initialMs: z.number().int().nonnegative().default(DEFAULT_POLICY.backoff.initialMs),
       multiplier: z.number().min(1).default(DEFAULT_POLICY.backoff.multiplier),
       maxMs: z.number().int().nonnegative().default(DEFAULT_POLICY.backoff.maxMs),
@@ -43,7 +43,8 @@ export const TaskPolicySchema = z.object({
   executionTimeoutMs: z.number().int().positive().default(DEFAULT_POLICY.executionTimeoutMs),
 });
 
-export const ControlPlaneConfigSchema = z.object({
+/** Strict at every level: a misspelt key is an error, not a silently ignored setting. */
+export const ControlPlaneConfigSchema = z.strictObject({
   controlTaskQueue: z.string().min(1).default(DEFAULT_CONTROL_TASK_QUEUE),
   defaultPool: z.string().min(1).default(DEFAULT_POOL),
   /** Pools whose schedulers start with the control plane; others start on first use with poolDefaults. */
@@ -102,7 +103,9 @@ export function parseControlPlaneConfig(raw: unknown): ControlPlaneConfig {
   }
   const queueProblems: string[] = [];
   if (r.data.taskWorkflowTaskQueue === r.data.controlTaskQueue) {
-    queueProblems.push('taskWorkflowTaskQueue: must differ from controlTaskQueue (task workflows get a worker and a cache of their own)');
+    queueProblems.push(
+      'taskWorkflowTaskQueue: must differ from controlTaskQueue (task workflows get a worker and a cache of their own)',
+    );
   }
   const hostQueuePrefix = hostTaskQueue('');
   for (const field of ['controlTaskQueue', 'taskWorkflowTaskQueue'] as const) {
@@ -136,7 +139,9 @@ export function loadControlPlaneConfig(env: NodeJS.ProcessEnv = process.env): Co
 }
 
 /** Where task workflows run: `taskWorkflowTaskQueue`, or `<controlTaskQueue>.tasks`. */
-export function taskWorkflowQueue(config: Pick<ControlPlaneConfig, 'controlTaskQueue' | 'taskWorkflowTaskQueue'>): string {
+export function taskWorkflowQueue(
+  config: Pick<ControlPlaneConfig, 'controlTaskQueue' | 'taskWorkflowTaskQueue'>,
+): string {
   return config.taskWorkflowTaskQueue ?? `${config.controlTaskQueue}.tasks`;
 }
 

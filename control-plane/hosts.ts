@@ -2,11 +2,11 @@
  * Host enrolment, an operator action: registers a host's public keys with its host workflow
  * (creating it if needed). The host's secret never leaves the host's credential file.
  */
-import type { Client } from '@temporalio/client';
+import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import type { hostWorkflow } from '../workflows/host';
 import { hostWorkflowId } from '../workflows/ids';
-import type { HostPublicKeys } from '../workflows/identity';
-import { registerHostKeysSignal } from '../workflows/messages';
+import { sameKeys, type HostPublicKeys } from '../workflows/identity';
+import { hostStateQuery, registerHostKeysSignal } from '../workflows/messages';
 import type { ControlPlaneConfig } from './config';
 
 export interface Enrollment {
@@ -19,7 +19,37 @@ export interface Enrollment {
   snapshotTimeoutMs?: number;
 }
 
-export async function enrollHost(client: Client, config: ControlPlaneConfig, e: Enrollment): Promise<void> {
+/** The host is enrolled with other keys, and the caller did not ask to rotate them. */
+export class HostKeysConflictError extends Error {
+  override name = 'HostKeysConflictError';
+  constructor(public readonly hostId: string) {
+    super(
+      `host ${hostId} is enrolled with other keys; replacing them cuts its running process off (offline until it restarts with the new credential): pass --rotate (REST: "rotate": true)`,
+    );
+  }
+}
+
+/**
+ * Enrols the host's public keys, starting its host workflow if needed. The same keys again change
+ * nothing; other keys for an enrolled host need `rotate` (HostKeysConflictError otherwise), and the
+ * host is then offline until it reports with the new ones.
+ */
+export async function enrollHost(
+  client: Client,
+  config: ControlPlaneConfig,
+  e: Enrollment & { rotate?: boolean },
+): Promise<{ created: boolean; rotated: boolean }> {
+  const handle = client.workflow.getHandle(hostWorkflowId(e.hostId));
+  let enrolled: HostPublicKeys | undefined;
+  let running = false;
+  try {
+    running = (await handle.describe()).status.name === 'RUNNING';
+    if (running) enrolled = (await handle.query(hostStateQuery)).keys;
+  } catch (err) {
+    if (!(err instanceof WorkflowNotFoundError)) throw err;
+  }
+  const rotated = !!enrolled && !sameKeys(enrolled, e.keys);
+  if (rotated && !e.rotate) throw new HostKeysConflictError(e.hostId);
   await client.workflow.signalWithStart<typeof hostWorkflow, [{ keys: HostPublicKeys }]>('hostWorkflow', {
     workflowId: hostWorkflowId(e.hostId),
     taskQueue: config.controlTaskQueue,
@@ -37,4 +67,5 @@ export async function enrollHost(client: Client, config: ControlPlaneConfig, e: 
     signalArgs: [{ keys: e.keys }],
     staticSummary: `host ${e.hostId} (pool ${e.pool})`,
   });
+  return { created: !running, rotated };
 }

@@ -1,7 +1,7 @@
 /**
  * Configuration schemas of the host's device drivers and runners, each paired with its parsed type
- * (`z.infer`) and, where defaults apply, its input type (`z.input`). Driver and runner objects are
- * strict: a misspelt key is an error, not a silently ignored setting.
+ * (`z.infer`) and, where defaults apply, its input type (`z.input`). Every object is strict: a
+ * misspelt key is an error, not a silently ignored setting.
  */
 import { z } from 'zod';
 import { ID_RULE, isValidId } from '../workflows/ids';
@@ -14,7 +14,7 @@ const exitCode = z.number().int().min(0).max(255);
 // Drivers -------------------------------------------------------------------------------------
 
 /** One simulated device (the same fields as the sim driver's devices in host-worker/config.ts). */
-export const SimDeviceConfigSchema = z.object({
+export const SimDeviceConfigSchema = z.strictObject({
   deviceId: id,
   driverType: z.string().min(1).default('sim'),
   tags: z.array(tag).default([]),

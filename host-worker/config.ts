@@ -7,7 +7,8 @@ import { DefinitionsConfigSchema, DriverConfigSchema, RunnerConfigSchema } from 
 
 const id = z.string().refine(isValidId, { message: ID_RULE });
 
-export const HostConfigSchema = z.object({
+/** Strict, like the driver and runner objects: a misspelt key is an error, not a silently ignored setting. */
+export const HostConfigSchema = z.strictObject({
   hostId: id,
   /** The credential file issued by `npm run hosts:add` (private keys; keep it 0600). Relative to this file. */
   credentialFile: z.string().min(1),

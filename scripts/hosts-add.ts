@@ -1,48 +1,67 @@
 /**
- * `npm run hosts:add -- <hostId> [--pool P] [--out FILE] [--force]`: issues a host credential.
- * Writes the private keys to FILE (0600; default .data/hosts/<hostId>.json) for the host's
- * operator to install, and enrolls only the public keys with the control plane.
+ * `npm run hosts:add -- <hostId> [--pool P] [--out FILE] [--force] [--rotate]`: issues a host
+ * credential. Writes the private keys to FILE (0600; default .data/hosts/<hostId>.json; a relative
+ * FILE is taken from the directory npm was run in) for the host's operator to install, and enrolls
+ * only the public keys with the control plane. An existing FILE is enrolled again as it is; --force
+ * makes a new one. Replacing the keys of an enrolled host needs --rotate: the host is offline until
+ * it restarts with the new credential.
  */
 import { existsSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { loadControlPlaneConfig } from '../control-plane/config';
 import { connectClient, temporalSettingsFromEnv } from '../control-plane/connection';
 import { enrollHost } from '../control-plane/hosts';
 import { generateHostCredential, loadHostCredential, publicKeys, saveHostCredential } from '../host-worker/identity';
 
-export async function addHost(hostId: string, opts: { pool?: string; out?: string; force?: boolean }): Promise<string> {
+export async function addHost(
+  hostId: string,
+  opts: { pool?: string; out?: string; force?: boolean; rotate?: boolean },
+): Promise<{ out: string; created: boolean; rotated: boolean }> {
   const config = loadControlPlaneConfig();
-  const out = opts.out ?? join(__dirname, '..', '.data', 'hosts', `${hostId}.json`);
-  let credential;
-  if (existsSync(out) && !opts.force) {
-    credential = loadHostCredential(out); // re-enrol the existing credential (idempotent)
-    if (credential.hostId !== hostId) throw new Error(`${out} holds the credential of host ${credential.hostId}`);
-  } else {
-    credential = generateHostCredential(hostId);
-    saveHostCredential(out, credential);
-  }
+  // npm runs scripts in the package's folder; INIT_CWD is where the operator typed the command.
+  const out = opts.out
+    ? resolve(process.env.INIT_CWD ?? process.cwd(), opts.out)
+    : join(__dirname, '..', '.data', 'hosts', `${hostId}.json`);
+  const fresh = !existsSync(out) || !!opts.force;
+  const credential = fresh ? generateHostCredential(hostId) : loadHostCredential(out); // existing: re-enrolled as it is
+  if (credential.hostId !== hostId) throw new Error(`${out} holds the credential of host ${credential.hostId}`);
   const client = await connectClient(temporalSettingsFromEnv());
   try {
-    await enrollHost(client, config, { hostId, pool: opts.pool ?? config.defaultPool, keys: publicKeys(credential) });
+    const enrolled = await enrollHost(client, config, {
+      hostId,
+      pool: opts.pool ?? config.defaultPool,
+      keys: publicKeys(credential),
+      rotate: opts.rotate,
+    });
+    // Written only once enrolled: a refused rotation leaves the credential in use as it was.
+    if (fresh) saveHostCredential(out, credential);
+    return { out, ...enrolled };
   } finally {
     await client.connection.close();
   }
-  return out;
 }
 
 if (require.main === module) {
   const { values, positionals } = parseArgs({
     allowPositionals: true,
-    options: { pool: { type: 'string' }, out: { type: 'string' }, force: { type: 'boolean' } },
+    options: {
+      pool: { type: 'string' },
+      out: { type: 'string' },
+      force: { type: 'boolean' },
+      rotate: { type: 'boolean' },
+    },
   });
   const hostId = positionals[0];
   if (!hostId) {
-    console.error('usage: npm run hosts:add -- <hostId> [--pool P] [--out FILE] [--force]');
+    console.error('usage: npm run hosts:add -- <hostId> [--pool P] [--out FILE] [--force] [--rotate]');
     process.exit(2);
   }
   addHost(hostId, values).then(
-    (out) => console.log(JSON.stringify({ hostId, credentialFile: out, enrolled: true })),
+    ({ out, created, rotated }) => {
+      console.log(JSON.stringify({ hostId, credentialFile: out, enrolled: true, created, rotated }));
+      if (rotated) console.error(`host ${hostId}: keys rotated; it is offline until it restarts with ${out}`);
+    },
     (err) => {
       console.error(err instanceof Error ? err.message : err);
       process.exit(1);

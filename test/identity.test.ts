@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import { WorkflowUpdateFailedError } from '@temporalio/client';
 import { Worker, type WorkerOptions } from '@temporalio/worker';
+import { enrollHost, HostKeysConflictError } from '../control-plane/hosts';
 import { createHostCodec, SEALED_ENCODING } from '../control-plane/sealing';
 import { generateHostCredential, publicKeys, sign } from '../host-worker/identity';
 import { SignDomain } from '../workflows/identity';
@@ -265,6 +266,38 @@ describe('host identity: forged results', () => {
   afterEach(async () => {
     await f?.stop();
     f = undefined;
+  });
+
+  it('Rotated keys cut the running host off: offline, no assignments, until it restarts with the new credential', async () => {
+    f = await startFleet('rotate');
+    const old = await f.addHost('A', [{ deviceId: 'a1' }], { snapshotIntervalMs: 300, discoveryIntervalMs: 300 });
+    const hostA = f.client.workflow.getHandle(hostWorkflowId(f.hostId('A')));
+    await eventually(async () => ((await hostA.query(hostStateQuery)).online ? true : undefined), 'online');
+    const fresh = generateHostCredential(f.hostId('A'));
+    await assert.rejects(
+      enrollHost(f.client, f.config, { hostId: f.hostId('A'), pool: f.pool, keys: publicKeys(fresh) }),
+      HostKeysConflictError,
+    );
+    assert.equal((await hostA.query(hostStateQuery)).online, true, 'a refused rotation changes nothing');
+    const r = await enrollHost(f.client, f.config, {
+      hostId: f.hostId('A'),
+      pool: f.pool,
+      keys: publicKeys(fresh),
+      rotate: true,
+    });
+    assert.deepEqual(r, { created: false, rotated: true });
+    await eventually(async () => (!(await hostA.query(hostStateQuery)).online ? true : undefined), 'offline');
+    // The old process goes on snapshotting (every 300 ms) with keys no longer enrolled: refused,
+    // so the host stays offline and its queued task waits instead of failing on sealed payloads.
+    const { taskId } = await f.fleet.submit({ goal: 'after rotation [sim duration=50]' });
+    await sleep(1_500);
+    assert.equal((await hostA.query(hostStateQuery)).online, false);
+    assert.equal((await f.fleet.get(taskId)).status, 'queued');
+    await old.stop();
+    await f.addHost('A', [{ deviceId: 'a1' }], { credential: fresh });
+    const done = await f.fleet.wait(taskId, { timeoutMs: 30_000 });
+    assert.equal(done.status, 'done');
+    assert.equal(done.attempts.length, 1, 'no attempt was lost to the old process');
   });
 
   it('A forged result (another host key) is rejected and the task retries through A; a replayed result changes nothing', async () => {

@@ -31,7 +31,14 @@ import {
 import type * as controlActivities from '../activities/control-plane';
 import type { HostSessionActivities } from '../host-worker/session';
 import { shouldContinueAsNew } from './continue-as-new';
-import { SignDomain, sessionStopBody, validPublicKeys, verifySignature, type HostPublicKeys } from './identity';
+import {
+  SignDomain,
+  sameKeys,
+  sessionStopBody,
+  validPublicKeys,
+  verifySignature,
+  type HostPublicKeys,
+} from './identity';
 import { hostTaskQueue } from './ids';
 import {
   hostSnapshotUpdate,
@@ -151,7 +158,15 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
       log.warn('malformed host keys ignored', { hostId });
       return;
     }
+    // Other keys than the enrolled ones (an operator rotated them): the running process can neither
+    // sign for them nor open assignments sealed for them, so the host is offline until a snapshot
+    // signed with the new keys arrives (the host restarted with its new credential).
+    const rotated = view.keys !== undefined && !sameKeys(view.keys, keys);
     view.keys = keys;
+    if (rotated && view.online && patched('host-keys-rotation-offline-v1')) {
+      log.info('host keys rotated: offline until the host reports with the new keys', { hostId });
+      view.online = false;
+    }
     beats++;
   });
   setHandler(

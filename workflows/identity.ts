@@ -111,3 +111,7 @@ export function verifyEd25519(sig: Uint8Array, msg: Uint8Array, publicKeyHex: st
 export function validPublicKeys(keys: HostPublicKeys | undefined): keys is HostPublicKeys {
   return !!keys && /^[0-9a-f]{64}$/.test(keys.signing) && /^[0-9a-f]{64}$/.test(keys.box);
 }
+
+export function sameKeys(a: HostPublicKeys, b: HostPublicKeys): boolean {
+  return a.signing === b.signing && a.box === b.box;
+}

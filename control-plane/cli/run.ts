@@ -55,8 +55,10 @@ const COMMANDS: Record<string, Command> = {
     handler: devices,
   },
   hosts: {
-    usage: 'fleet hosts [--pool P]\nfleet hosts add HOST_ID [--pool P] [--out FILE] [--force]',
-    options: { pool: s, out: s, force: b },
+    usage:
+      'fleet hosts [--pool P]\nfleet hosts add HOST_ID [--pool P] [--out FILE] [--force] [--rotate]\n' +
+      '  --force overwrites FILE; --rotate replaces the keys of an enrolled host (offline until it restarts with them)',
+    options: { pool: s, out: s, force: b, rotate: b },
     handler: hosts,
   },
   drain: { usage: 'fleet drain HOST_ID [DEVICE_ID]', options: {}, handler: drain(true) },

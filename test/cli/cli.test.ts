@@ -198,7 +198,13 @@ describe('fleet CLI', () => {
     const r = await fleet(['hosts', 'add', newHost, '--pool', rf.f.pool, '--json']);
     assert.equal(r.code, 0, r.stderr);
     const file = join(cwd, `${newHost}.credential.json`);
-    assert.deepEqual(r.json(), { hostId: newHost, pool: rf.f.pool, created: true, credentialFile: file });
+    assert.deepEqual(r.json(), {
+      hostId: newHost,
+      pool: rf.f.pool,
+      created: true,
+      rotated: false,
+      credentialFile: file,
+    });
     assert.equal(statSync(file).mode & 0o777, 0o600);
     const cred = JSON.parse(readFileSync(file, 'utf8')) as HostCredential;
     assert.equal(cred.hostId, newHost);
@@ -217,13 +223,22 @@ describe('fleet CLI', () => {
     for (const secret of [cred.signingKey, cred.boxKey]) assert.ok(!wire.includes(secret), 'private key leaked');
     assert.deepEqual(JSON.parse(r.requests[0].body!), { pool: rf.f.pool, keys: publicKeys(cred) });
 
-    // No overwrite without --force; with it, the keys rotate.
+    // No overwrite without --force, and no new keys for an enrolled host without --rotate (another
+    // file is no way around it); with both, the keys rotate.
     const again = await fleet(['hosts', 'add', newHost]);
     assert.equal(again.code, 2);
     assert.match(again.stderr, /--force/);
-    const rotated = await fleet(['hosts', 'add', newHost, '--force', '--json']);
+    for (const args of [['--force'], ['--out', 'elsewhere.json']]) {
+      const refused = await fleet(['hosts', 'add', newHost, ...args]);
+      assert.equal(refused.code, 2, refused.stderr);
+      assert.match(refused.stderr, /409.*enrolled with other keys.*--rotate/s);
+    }
+    assert.ok(!existsSync(join(cwd, 'elsewhere.json')), 'a refused rotation writes no credential');
+    assert.equal(JSON.parse(readFileSync(file, 'utf8')).signingKey, cred.signingKey, 'the enrolled credential is kept');
+    const rotated = await fleet(['hosts', 'add', newHost, '--force', '--rotate', '--json']);
     assert.equal(rotated.code, 0, rotated.stderr);
     assert.equal(rotated.json().created, false);
+    assert.equal(rotated.json().rotated, true);
     const cred2 = JSON.parse(readFileSync(file, 'utf8')) as HostCredential;
     assert.notEqual(cred2.signingKey, cred.signingKey);
     await eventually(async () => {
@@ -238,7 +253,7 @@ describe('fleet CLI', () => {
     assert.ok(!existsSync(join(cwd, 'sub', 'other.json')));
     assert.deepEqual(readdirSync(join(cwd, 'sub')), [], 'no leftover temporary credential');
     // A failed --force re-enrolment keeps the credential that is enrolled.
-    const kept = await fleet(['hosts', 'add', newHost, '--force'], { who: 'alice' });
+    const kept = await fleet(['hosts', 'add', newHost, '--force', '--rotate'], { who: 'alice' });
     assert.equal(kept.code, 4);
     assert.equal(JSON.parse(readFileSync(file, 'utf8')).signingKey, cred2.signingKey);
   });
@@ -259,11 +274,24 @@ describe('fleet CLI', () => {
     assert.equal(extra.status, 400, 'a private key field is refused');
     const ok = await put('admin', { keys });
     assert.equal(ok.status, 201, ok.text);
-    assert.deepEqual(ok.body, { hostId: h, pool: rf.f.config.defaultPool, created: true });
+    assert.deepEqual(ok.body, { hostId: h, pool: rf.f.config.defaultPool, created: true, rotated: false });
     assertNoSecrets(ok.text);
     assert.ok(!ok.text.includes(keys.signing));
     const conflict = await put('admin', { pool: 'other-pool', keys });
     assert.equal(conflict.status, 409);
+    const same = await put('admin', { keys });
+    assert.equal(same.status, 200, same.text);
+    assert.deepEqual(same.body, { hostId: h, pool: rf.f.config.defaultPool, created: false, rotated: false });
+    const other = { signing: 'c'.repeat(64), box: 'd'.repeat(64) };
+    const unasked = await put('admin', { keys: other });
+    assert.equal(unasked.status, 409, 'other keys for an enrolled host need rotate');
+    assert.match(unasked.body.detail, /rotate/);
+    const view = () => rf.f.client.workflow.getHandle(hostWorkflowId(h)).query(hostStateQuery);
+    assert.equal((await view()).keys?.signing, keys.signing, 'nothing changed');
+    const rotated = await put('admin', { keys: other, rotate: true });
+    assert.equal(rotated.status, 200, rotated.text);
+    assert.equal(rotated.body.rotated, true);
+    await eventually(async () => ((await view()).keys?.signing === other.signing ? true : undefined), 'keys rotated');
   });
 
   it('definitions: add from a file, list and get', async () => {

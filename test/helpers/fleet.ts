@@ -65,6 +65,7 @@ export interface Fleet {
   addHost(
     name: string,
     devices: SimDeviceSpec[],
+    /** With `credential`, that one is used as it is (not enrolled here). */
     opts?: Partial<HostOptions> & { hostTimeoutMs?: number },
   ): Promise<HostAgent>;
   /** A host agent as a real child process (for SIGKILL / SIGSTOP), enrolled first. */
@@ -213,7 +214,7 @@ export async function startFleet(name: string, opts: FleetOptions = {}): Promise
     },
     async addHost(n, devices, hostOpts = {}) {
       const { hostTimeoutMs, ...rest } = hostOpts;
-      const credential = await self.enroll(n, { hostTimeoutMs });
+      const credential = rest.credential ?? (await self.enroll(n, { hostTimeoutMs }));
       const host = await startHost({
         credential,
         pool,

@@ -9,6 +9,8 @@ import {
   type RunnerConfigInput,
 } from '../../host-worker/config-schemas';
 import { AdbDriver, LocalDriver, SimDriver } from '../../host-worker/drivers';
+import { HostConfigSchema } from '../../host-worker/config';
+import { ConfigError, parseControlPlaneConfig } from '../../control-plane/config';
 import { createDriver, createRunners } from '../../host-worker/factory';
 import type { WorkflowStep } from '../../workflows/types';
 import { node, recordingContext } from './helpers';
@@ -66,11 +68,49 @@ describe('host driver and runner configuration', () => {
         [{ type: 'local', deviceId: 'has space' }, /deviceId: letters, digits/],
         [{ type: 'local', healthCheck: { command: [] } }, /healthCheck\.command/],
         [{ type: 'sim', devices: [{ deviceId: '' }] }, /devices\.0\.deviceId/],
+        [
+          { type: 'sim', devices: [{ deviceId: 'a', driverTyp: 'android' }] },
+          /devices\.0: Unrecognized key: "driverTyp"/,
+        ],
       ];
       for (const [input, expected] of bad) {
         const r = DriverConfigSchema.safeParse(input);
         assert.equal(r.success, false, JSON.stringify(input));
         assert.match(issues(r) || 'none', expected, JSON.stringify(input));
+      }
+    });
+  });
+
+  describe('host and control-plane configuration', () => {
+    const host = { hostId: 'lab-1', credentialFile: 'lab-1.credential.json', driver: { type: 'sim' } };
+    it('a host config with a misspelt top-level key is an error naming it, not the default', () => {
+      assert.equal(HostConfigSchema.parse(host).snapshotIntervalMs, 60_000);
+      for (const [key, value] of [
+        ['snapshotIntervalMS', 1_000],
+        ['allowInlineSteps', true], // it belongs in `runner`
+      ] as const) {
+        const r = HostConfigSchema.safeParse({ ...host, [key]: value });
+        assert.equal(r.success, false, key);
+        assert.match(issues(r), new RegExp(`Unrecognized key: "${key}"`));
+      }
+    });
+    it('a control-plane config with a misspelt key at any level is an error naming it', () => {
+      assert.equal(parseControlPlaneConfig({}).hostTimeoutMs, 30_000);
+      for (const [raw, expected] of [
+        [{ hostTimeoutMS: 1 }, /\(root\): Unrecognized key: "hostTimeoutMS"/],
+        [{ taskDefaults: { maxAttempt: 2 } }, /taskDefaults: Unrecognized key: "maxAttempt"/],
+        [{ taskDefaults: { backoff: { initialMS: 2 } } }, /taskDefaults\.backoff: Unrecognized key: "initialMS"/],
+        [{ pools: { default: { stratgy: 'fifo_match' } } }, /pools\.default: Unrecognized key: "stratgy"/],
+        [{ poolDefaults: { maxQueue: 5 } }, /poolDefaults: Unrecognized key: "maxQueue"/],
+      ] as const) {
+        assert.throws(
+          () => parseControlPlaneConfig(raw),
+          (err: Error) => {
+            assert.ok(err instanceof ConfigError);
+            assert.match(err.message, expected);
+            return true;
+          },
+        );
       }
     });
   });

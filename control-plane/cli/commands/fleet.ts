@@ -43,7 +43,7 @@ export function drain(drained: boolean) {
 }
 
 /**
- * `fleet hosts add HOST_ID [--pool P] [--out FILE] [--force]`: the credential (private keys) is
+ * `fleet hosts add HOST_ID [--pool P] [--out FILE] [--force] [--rotate]`: the credential (private keys) is
  * generated and written (0600) on this machine; only its public keys go to the API. It is written
  * beside the target first and moved into place only once enrolled: a failed enrolment leaves no new
  * file and keeps (with --force) the previous credential as it was.
@@ -64,16 +64,26 @@ async function hostsAdd(ctx: Ctx): Promise<ExitCode> {
     result = await ctx.api.put<EnrollResult>(`/v1/hosts/${seg(hostId)}/keys`, {
       pool: str(ctx, 'pool'),
       keys: publicKeys(credential),
+      ...(flag(ctx, 'rotate') ? { rotate: true } : {}),
     });
     renameSync(pending, out);
   } catch (err) {
     rmSync(pending, { force: true });
     throw err;
   }
-  const summary = { hostId: result.hostId, pool: result.pool, created: result.created, credentialFile: out };
+  const summary = {
+    hostId: result.hostId,
+    pool: result.pool,
+    created: result.created,
+    rotated: result.rotated,
+    credentialFile: out,
+  };
   ctx.print(
-    `host ${result.hostId} ${result.created ? 'enrolled' : 're-enrolled (keys rotated)'} in pool ${result.pool}\n` +
-      `credential written to ${out} (mode 0600): install it on the host; it holds the private keys\n`,
+    `host ${result.hostId} ${result.created ? 'enrolled' : result.rotated ? 're-enrolled: keys rotated' : 're-enrolled'} in pool ${result.pool}\n` +
+      `credential written to ${out} (mode 0600): install it on the host; it holds the private keys\n` +
+      (result.rotated
+        ? `the host is offline until it restarts with this credential (its running process can no longer read assignments)\n`
+        : ''),
     summary,
   );
   return ExitCode.ok;

@@ -1,7 +1,7 @@
 import { Router } from 'express';
 import { hostWorkflowId } from '../../../workflows/ids';
 import { setDeviceDrainSignal, setHostDrainSignal } from '../../../workflows/messages';
-import { enrollHost } from '../../hosts';
+import { enrollHost, HostKeysConflictError } from '../../hosts';
 import { requireRole } from '../auth';
 import type { RestDeps } from '../context';
 import { HttpProblem } from '../problem';
@@ -47,8 +47,10 @@ export function hostsRouter(deps: RestDeps): Router {
     res.json(host);
   });
 
-  // Admin only: enrols a host's public keys (signal-with-start of its host workflow). Re-enrolling
-  // a running host rotates its keys; its pool stays what it was.
+  // Admin only: enrols a host's public keys (signal-with-start of its host workflow). The same keys
+  // again change nothing. Other keys for an enrolled host need `rotate: true`: the running process
+  // cannot read its assignments any more, so the host goes offline until it restarts with the new
+  // credential. Its pool stays what it was.
   r.put('/:hostId/keys', requireRole('admin'), validate(Enroll), async (_req, res) => {
     const { params, body } = parsed(res, Enroll);
     const existing = (await hostRunning(client, params.hostId)) ? await hostState(client, params.hostId) : undefined;
@@ -56,9 +58,20 @@ export function hostsRouter(deps: RestDeps): Router {
       throw new HttpProblem('conflict', `host ${params.hostId} is enrolled in pool ${existing.pool}, not ${body.pool}`);
     }
     const pool = existing?.pool ?? body.pool ?? config.defaultPool;
-    await enrollHost(client, config, { hostId: params.hostId, pool, keys: body.keys });
-    res.status(existing ? 200 : 201).location(`/v1/hosts/${encodeURIComponent(params.hostId)}`);
-    res.json({ hostId: params.hostId, pool, created: !existing } satisfies EnrollResult);
+    let enrolled;
+    try {
+      enrolled = await enrollHost(client, config, {
+        hostId: params.hostId,
+        pool,
+        keys: body.keys,
+        rotate: body.rotate,
+      });
+    } catch (err) {
+      if (err instanceof HostKeysConflictError) throw new HttpProblem('conflict', err.message);
+      throw err;
+    }
+    res.status(enrolled.created ? 201 : 200).location(`/v1/hosts/${encodeURIComponent(params.hostId)}`);
+    res.json({ hostId: params.hostId, pool, ...enrolled } satisfies EnrollResult);
   });
 
   for (const [action, drained] of [

@@ -74,6 +74,12 @@ const PublicKeyHexSchema = z
 export const EnrollHostBodySchema = z.strictObject({
   pool: IdSchema.optional().describe('the host pool (default: the configured default pool)'),
   keys: z.strictObject({ signing: PublicKeyHexSchema, box: PublicKeyHexSchema }),
+  rotate: z
+    .boolean()
+    .optional()
+    .describe(
+      'required to replace the keys of an enrolled host: its running process is cut off (offline, no assignments) until it restarts with the new credential',
+    ),
 });
 export type EnrollHostBody = z.infer<typeof EnrollHostBodySchema>;
 
@@ -82,5 +88,7 @@ export const EnrollResultSchema = z.object({
   pool: z.string(),
   /** False when a running host workflow already existed (key rotation / re-enrolment). */
   created: z.boolean(),
+  /** True when other keys were enrolled before: the host is offline until it reports with the new ones. */
+  rotated: z.boolean(),
 });
 export type EnrollResult = z.infer<typeof EnrollResultSchema>;
