@@ -239,7 +239,7 @@ export class FleetClient {
     // to wait (a task already under way): its recorded state, not one built from this request, is the
     // honest answer. That costs a query (billed), so only on these rare paths.
     if (!answer.ours || answer.alreadyThere) return this.get(input.taskId);
-    return initialTaskView(input, answer.startedAt);
+    return { ...initialTaskView(input, answer.startedAt), admitted: true };
   }
 
   /**

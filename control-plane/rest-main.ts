@@ -1,6 +1,7 @@
 /**
  * The REST facade process: parses its configuration once, connects to Temporal, listens on PORT
- * (default 8080), and on SIGTERM/SIGINT stops accepting, ends open event streams and exits.
+ * (default 8080) at HOST (default every interface; `npm start` sets 127.0.0.1), and on
+ * SIGTERM/SIGINT stops accepting, ends open event streams and exits.
  *   FLEET_API_TOKENS      JSON file of API tokens: [{ name, role, tokenSha256 }] (required)
  *   FLEET_DEFINITIONS     JSON file of workflow definitions (default .data/workflow-definitions.json)
  *   FLEET_CURSOR_KEY      secret that signs list cursors; set the same on every replica (default: random)
@@ -48,11 +49,16 @@ async function main(): Promise<void> {
     options: { cursorKey, log: (message, meta) => log.error(message, meta) },
   });
 
+  const host = process.env.HOST || undefined;
   const server: Server = await new Promise((resolve, reject) => {
-    const s = app.listen(port, (err?: Error) => (err ? reject(err) : resolve(s)));
+    const done = (err?: Error) => (err ? reject(err) : resolve(s));
+    const s = host ? app.listen(port, host, done) : app.listen(port, done);
   });
   const address = server.address();
-  log.info('REST facade listening', { port: typeof address === 'object' && address ? address.port : port });
+  log.info('REST facade listening', {
+    host: typeof address === 'object' && address ? address.address : host,
+    port: typeof address === 'object' && address ? address.port : port,
+  });
 
   let stopping = false;
   const shutdown = (signal: string) => {

@@ -115,5 +115,6 @@ export function initialTaskView(input: TaskInput, submittedAt: number): TaskView
     consecutiveDispatchFailures: 0,
     progressReports: 0,
     cancelRequested: false,
+    admitted: false,
   };
 }

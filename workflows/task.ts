@@ -155,10 +155,12 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
   setHandler(taskStateQuery, () => state);
   setHandler(admissionSignal, (a) => {
     admission ??= a;
+    state.admitted = admission.accepted;
   });
   setHandler(assignmentSignal, (a) => {
     // The scheduler skips the admission answer when it assigns a device in the same step.
     if (a.attempt === 1) admission ??= { accepted: true };
+    state.admitted = admission?.accepted ?? state.admitted;
     if (a.attempt === awaitingAttempt && assignment === undefined && !state.cancelRequested) {
       assignment = a;
     } else if (!(state.current && state.current.leaseId === a.leaseId)) {

@@ -158,6 +158,8 @@ export interface TaskView {
   progressReports: number;
   result?: TaskResult;
   cancelRequested: boolean;
+  /** The pool admitted the task (its answer, or a device's assignment, arrived). Absent in views of tasks from before it existed. */
+  admitted?: boolean;
 }
 
 /** What a host reports of one device. */

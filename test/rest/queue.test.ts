@@ -158,4 +158,12 @@ describe('REST: queue position and why a task waits', () => {
     );
     assert.equal(explainWait(task('z'), undefined, NOW).waitingFor, 'unknown');
   });
+
+  it('not in the queue: waiting for admission only until the pool admitted it; then a device is being reserved', () => {
+    const s = scheduler([], [device('d1')]);
+    assert.equal(explainWait(task('new', {}, { admitted: false }), s, NOW).waitingFor, 'admission');
+    assert.equal(explainWait(task('in', {}, { admitted: true }), s, NOW).waitingFor, 'assignment');
+    // A task from before `admitted` existed: as before, admission while nothing else is queued.
+    assert.equal(explainWait(task('old'), s, NOW).waitingFor, 'admission');
+  });
 });

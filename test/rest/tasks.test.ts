@@ -110,6 +110,8 @@ describe('REST: tasks', () => {
       policy: { backoff: { initialMs: 60_000, maxMs: 60_000 } },
     });
     assert.equal(r.status, 201, r.text);
+    // Admitted before the 201 (never "waiting for admission"), and the idle camera is being reserved.
+    assert.equal(r.body.queue.waitingFor, 'assignment', JSON.stringify(r.body.queue));
     const backoff = await eventually(async () => {
       const g = await get('alice', `/v1/tasks/${r.body.taskId}`);
       return g.body.status === 'queued' && g.body.attempts.length === 1 ? g.body : undefined;

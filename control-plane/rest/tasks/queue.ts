@@ -37,7 +37,8 @@ export function servingOrder(s: SchedulerView, now: number): QueuedEntry[] {
 export function unavailableBecause(d: SchedulerDevice): string | undefined {
   if (d.reservedBy) return 'reserved';
   if (!d.hostOnline) return 'host offline';
-  if (d.hostSuspectSince !== undefined) return 'host presumed lost (an attempt on it lost its lease); waiting for its next snapshot';
+  if (d.hostSuspectSince !== undefined)
+    return 'host presumed lost (an attempt on it lost its lease); waiting for its next snapshot';
   if (d.hostDrained) return 'host drained';
   if (d.deviceDrained) return 'drained';
   if (d.health !== 'good') return d.health;
@@ -64,7 +65,12 @@ export function explainWait(task: TaskView, s: SchedulerView | undefined, now: n
   const order = servingOrder(s, now);
   const index = order.findIndex((q) => q.taskId === task.taskId);
   if (index < 0) {
-    return task.attempts.length === 0 && !s.queue.length && task.status === 'queued'
+    // Admitted but not in the queue: a device was free at once and is being reserved for it.
+    const awaitingAdmission =
+      task.admitted === undefined
+        ? task.attempts.length === 0 && !s.queue.length && task.status === 'queued' // a task from before `admitted`
+        : !task.admitted;
+    return awaitingAdmission
       ? { ...base, waitingFor: 'admission', reason: 'waiting for the pool to admit the task' }
       : { ...base, waitingFor: 'assignment', reason: 'not in the queue right now: a device is being reserved for it' };
   }
