@@ -15,7 +15,7 @@ import { tsToMs } from '@temporalio/common/lib/time';
 import { temporal } from '@temporalio/proto';
 import { z } from 'zod';
 import { ErrorType } from '../workflows/errors';
-import { isValidId, ID_RULE, taskWorkflowId } from '../workflows/ids';
+import { definitionTag, INLINE_STEPS_TAG, isValidId, ID_RULE, taskWorkflowId } from '../workflows/ids';
 import { admissionSignal, assignmentSignal, taskStateQuery, type Admission } from '../workflows/messages';
 import {
   FleetAttempt,
@@ -158,6 +158,12 @@ export class FleetClient {
       backoff: { ...d.backoff, ...defined(v.policy?.backoff) },
     };
     const def = typeof v.definition === 'string' ? { name: v.definition } : v.definition;
+    // A definition runs only where the host's runner has it (by name) or takes steps along: its
+    // hosts advertise that as a device tag (host-worker/runners.ts), and the task requires it.
+    const needs = def ? [def.steps ? INLINE_STEPS_TAG : definitionTag(def.name)] : [];
+    const constraints = needs.length
+      ? { ...v.constraints, tags: [...new Set([...v.constraints.tags, ...needs])] }
+      : v.constraints;
     return {
       taskId: v.taskId ?? this.newId(),
       pool: v.pool ?? this.config.defaultPool,
@@ -165,7 +171,7 @@ export class FleetClient {
         v.goal !== undefined
           ? { kind: 'goal', goal: v.goal }
           : { kind: 'workflow', definition: def!.name, ...(def!.steps ? { steps: def!.steps } : {}) },
-      constraints: v.constraints,
+      constraints,
       priority: v.priority,
       owner: v.owner,
       policy,

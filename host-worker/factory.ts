@@ -84,6 +84,8 @@ export function createRunners(
 /** Refuses steps brought by the task itself: only definitions configured on this host run. */
 function registeredStepsOnly(inner: WorkflowDefinitionRunner): WorkflowDefinitionRunner {
   return {
+    definitions: inner.definitions,
+    inlineSteps: false,
     runDefinition(definition, ctx) {
       if (definition.steps) {
         return Promise.resolve({

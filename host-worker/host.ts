@@ -24,7 +24,7 @@ import { sign, type HostCredential } from './identity';
 import { terminateProcessGroup } from './command-runner';
 import type { DeviceDriver } from './drivers';
 import type { Journal } from './journal';
-import type { Runners } from './runners';
+import { capabilityTags, type Runners } from './runners';
 import { createSimRunners } from './sim';
 
 /** Assignment slots a host's worker has at least, whatever it found at start-up. */
@@ -89,6 +89,10 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
   if (opts.journal) await reconcileJournal(opts.journal, opts.credential, client, opts.log);
   const busy = new Set<string>();
   let seq = 0;
+  const runners = opts.runners ?? createSimRunners({ definitions: opts.definitions });
+  // What this host's runner can run beyond goals (definitions by name, steps a task brings): as
+  // tags on every device, so a task is only assigned where its definition runs.
+  const capabilities = capabilityTags(runners.workflow);
   let beginStop!: (how: 'announce' | 'silent') => void;
   const stopping = new Promise<'announce' | 'silent'>((resolve) => (beginStop = resolve));
 
@@ -109,7 +113,7 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
       ...createHostActivities({
         credential: opts.credential,
         client,
-        runners: opts.runners ?? createSimRunners({ definitions: opts.definitions }),
+        runners,
         devices: () => devices,
         progressIntervalMs: opts.progressIntervalMs ?? 5_000,
         reportDelayMs: opts.reportDelayMs,
@@ -142,6 +146,7 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
     sentAt: Date.now(),
     devices: [...devices.values()].map((d) => ({
       ...d,
+      tags: capabilities.length ? [...new Set([...d.tags, ...capabilities])] : d.tags,
       state: d.state === 'offline' ? 'offline' : busy.has(d.deviceId) ? 'busy' : d.state,
     })),
   });

@@ -2,6 +2,7 @@
  * The runner interface the host executes assignments through: a goal runner (a goal string run
  * by an agent runtime on the device) and a workflow-definition runner (declared steps in order).
  */
+import { definitionTag, INLINE_STEPS_TAG } from '../workflows/ids';
 import type { DeviceSnapshot, WorkflowStep } from '../workflows/types';
 
 export interface RunContext {
@@ -31,6 +32,19 @@ export interface GoalRunner {
 
 export interface WorkflowDefinitionRunner {
   runDefinition(definition: { name: string; steps?: WorkflowStep[] }, ctx: RunContext): Promise<RunResult>;
+  /**
+   * The definitions it runs by name. The host advertises each on its devices as the tag
+   * `definition:<name>`, and a task naming a definition requires that tag, so it is only assigned
+   * where it can run. A runner that leaves this out is given no task by definition name.
+   */
+  readonly definitions?: readonly string[];
+  /** Whether it runs steps a task brings along; advertised as the tag `inline-steps`, which such tasks require. */
+  readonly inlineSteps?: boolean;
+}
+
+/** The tags a host's runner earns each of its devices. */
+export function capabilityTags(runner: WorkflowDefinitionRunner): string[] {
+  return [...(runner.definitions ?? []).map(definitionTag), ...(runner.inlineSteps ? [INLINE_STEPS_TAG] : [])];
 }
 
 export interface Runners {
@@ -65,6 +79,8 @@ export function createStepsRunner(
   registry: Map<string, WorkflowStep[]> = new Map(),
 ): WorkflowDefinitionRunner {
   return {
+    definitions: [...registry.keys()],
+    inlineSteps: true,
     async runDefinition(definition, ctx) {
       const steps = definition.steps ?? registry.get(definition.name);
       if (!steps) throw new UnknownDefinitionError(`unknown workflow definition "${definition.name}"`);

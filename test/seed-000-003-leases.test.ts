@@ -621,17 +621,28 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
     await assertNoOverlappingReservations(f.client, [{ hostId: f.hostId('h1'), deviceId: 'd1' }]);
   });
 
-  it('Non-retryable runner error or unknown workflow definition: failed at once, no retry', async () => {
+  it('Non-retryable runner error: failed at once, no retry; a definition no host has is never assigned', async () => {
     f = await startFleet('nonretry');
     await f.addHost('h1', [{ deviceId: 'd1' }]);
     const a = await f.fleet.submit({ goal: 'x [sim duration=50 outcome=fail]' });
     const b = await f.fleet.submit({ definition: 'no-such-definition' });
-    const [ra, rb] = await Promise.all([f.fleet.wait(a.taskId), f.fleet.wait(b.taskId)]);
+    const ra = await f.fleet.wait(a.taskId);
     assert.equal(ra.status, 'failed');
     assert.equal(ra.attempts.length, 1);
     assert.equal(ra.result?.reason, 'runner_failed');
-    assert.equal(rb.status, 'failed');
-    assert.equal(rb.attempts.length, 1);
-    assert.equal(rb.result?.reason, 'unknown_definition');
+    // Hosts advertise the definitions they run (device tag definition:<name>): b waits for one.
+    assert.deepEqual(b.constraints.tags, ['definition:no-such-definition']);
+    const rb = await f.fleet.get(b.taskId);
+    assert.deepEqual([rb.status, rb.attempts.length], ['queued', 0]);
+    // A host that has it runs it; the first host is free and still gets nothing of b's.
+    await f.addHost('h2', [{ deviceId: 'd2' }], {
+      definitions: new Map([['no-such-definition', [{ name: 's', command: ['[sim duration=10]'] }]]]),
+    });
+    const done = await f.fleet.wait(b.taskId, { timeoutMs: 30_000 });
+    assert.equal(done.status, 'done');
+    assert.deepEqual(
+      done.attempts.map((x) => x.hostId),
+      [f.hostId('h2')],
+    );
   });
 });

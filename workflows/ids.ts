@@ -19,3 +19,8 @@ export function isValidId(value: unknown): value is string {
   return typeof value === 'string' && ID_PATTERN.test(value);
 }
 export const ID_RULE = 'letters, digits, ".", "_", ":", "-"; 1-128 characters; starting with a letter or digit';
+
+/** The device tag a task naming this workflow definition requires; a host whose runner has it advertises it. */
+export const definitionTag = (name: string): string => `definition:${name}`;
+/** The device tag a task that brings its own definition steps requires (hosts that run such steps advertise it). */
+export const INLINE_STEPS_TAG = 'inline-steps';

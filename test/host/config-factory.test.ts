@@ -12,6 +12,7 @@ import { AdbDriver, LocalDriver, SimDriver } from '../../host-worker/drivers';
 import { HostConfigSchema } from '../../host-worker/config';
 import { ConfigError, parseControlPlaneConfig } from '../../control-plane/config';
 import { createDriver, createRunners } from '../../host-worker/factory';
+import { capabilityTags } from '../../host-worker/runners';
 import type { WorkflowStep } from '../../workflows/types';
 import { node, recordingContext } from './helpers';
 
@@ -243,6 +244,23 @@ describe('host driver and runner configuration', () => {
       );
       assert.equal(allowed.status, 'done');
       assert.ok(allowedCtx.lines.includes('x: ran'));
+    });
+
+    it('advertises what the runner runs beyond goals: its definitions by name, and inline steps only if allowed', () => {
+      const base = { type: 'command' as const, command: [node, '-e', '0'], goalAs: 'argument' as const };
+      const definitions = { smoke: [{ name: 's', command: ['true'] }], build: [{ name: 'b', command: ['true'] }] };
+      assert.deepEqual(capabilityTags(createRunners(runner(base), definitions).workflow), [
+        'definition:smoke',
+        'definition:build',
+      ]);
+      assert.deepEqual(capabilityTags(createRunners(runner({ ...base, allowInlineSteps: true })).workflow), [
+        'inline-steps',
+      ]);
+      assert.deepEqual(capabilityTags(createRunners(runner({ type: 'sim' }), definitions).workflow), [
+        'definition:smoke',
+        'definition:build',
+        'inline-steps',
+      ]);
     });
 
     it('uses the fake adb through the factory too', async () => {

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import request from 'supertest';
 import { DefinitionConflictError, JsonFileDefinitionsStore } from '../../control-plane/rest/definitions/store';
-import { uid } from '../helpers/fleet';
+import { eventually, uid } from '../helpers/fleet';
 import { assertProblem, auth, call, startRestFleet, type RestFleet, type Who } from './helpers';
 
 const steps = (...names: string[]) => names.map((name) => ({ name, command: [name, '--fast'] }));
@@ -134,13 +134,18 @@ describe('REST: workflow definitions API', () => {
     );
   });
 
-  it('a task submitted by definition name snapshots the steps; later changes do not touch it; unknown names are 400', async () => {
+  it("a task submitted by definition name snapshots the steps; later changes do not touch it; other names are hosts' own definitions", async () => {
     const name = uid('login');
     await send('admin', 'post', '/v1/workflow-definitions', { name, steps: steps('open', 'type') });
     const taskId = uid('bydef');
     const t = await send('alice', 'post', '/v1/tasks', { taskId, definition: name });
     assert.equal(t.status, 201, t.text);
     assert.deepEqual(t.body.work, { kind: 'workflow', definition: name, steps: steps('open', 'type') });
+    assert.deepEqual(
+      t.body.constraints.tags,
+      ['inline-steps'],
+      'its steps travel with it: hosts that take steps along',
+    );
     assert.equal(
       (await send('admin', 'put', `/v1/workflow-definitions/${name}`, { steps: steps('changed') })).status,
       200,
@@ -156,13 +161,19 @@ describe('REST: workflow definitions API', () => {
     assert.equal(inline.status, 201);
     assert.deepEqual(inline.body.work, { kind: 'workflow', definition: 'adhoc', steps: steps('x') });
 
-    const unknown = await send('alice', 'post', '/v1/tasks', { definition: uid('nope') });
-    assertProblem(unknown, 400, 'validation');
-    assert.deepEqual(unknown.body.errors, [
-      { in: 'body', path: 'definition', message: unknown.body.errors[0].message },
-    ]);
-    assert.match(unknown.body.errors[0].message, /unknown workflow definition/);
-    for (const id of [taskId, inline.body.taskId]) {
+    // Not stored here: a host's own definition, run by name where a host has it (none does here,
+    // so it waits, and says for what).
+    const hostOwn = uid('nope');
+    const byHost = await send('alice', 'post', '/v1/tasks', { definition: hostOwn });
+    assert.equal(byHost.status, 201, byHost.text);
+    assert.deepEqual(byHost.body.work, { kind: 'workflow', definition: hostOwn });
+    assert.deepEqual(byHost.body.constraints.tags, [`definition:${hostOwn}`]);
+    const waits = await eventually(async () => {
+      const g = await get('alice', `/v1/tasks/${byHost.body.taskId}`);
+      return g.body.queue?.waitingFor === 'device' ? g.body.queue : undefined;
+    }, 'the explanation');
+    assert.match(waits.reason, new RegExp(`definition:${hostOwn}.*no device in pool .* matches at all`));
+    for (const id of [taskId, inline.body.taskId, byHost.body.taskId]) {
       assert.equal((await send('alice', 'post', `/v1/tasks/${id}/cancel`, {})).status, 202);
     }
   });

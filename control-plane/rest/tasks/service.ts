@@ -142,11 +142,11 @@ export async function submitTask(
     const ref = typeof body.definition === 'string' ? { name: body.definition } : body.definition;
     if (ref.steps) definition = { name: ref.name, steps: ref.steps };
     else {
+      // A definition stored here travels with the task (a snapshot of its steps: it runs on hosts
+      // that take steps along). Any other name is a host's own definition, run by name on a host
+      // that has it; the task waits for such a host like for any other constraint.
       const stored = await deps.definitions.get(ref.name);
-      if (!stored) {
-        throw invalid([{ in: 'body', path: 'definition', message: `unknown workflow definition "${ref.name}"` }]);
-      }
-      definition = { name: stored.name, steps: stored.steps };
+      definition = stored ? { name: stored.name, steps: stored.steps } : ref.name;
       byName = true;
     }
   }
