@@ -30,6 +30,7 @@ import type { taskWorkflow } from '../workflows/task';
 import type { Assignment, IndexedStatus, TaskInput, TaskStatus, TaskView } from '../workflows/types';
 import { initialTaskView, MAX_ATTEMPTS_LIMIT } from '../workflows/policy';
 import { taskWorkflowQueue, type ControlPlaneConfig } from './config';
+import { SupersededRuns } from './superseded';
 
 export class ValidationError extends Error {
   override name = 'ValidationError';
@@ -134,11 +135,15 @@ export interface ListFilter {
 const quote = (v: string) => `"${v.replace(/["\\]/g, '')}"`;
 
 export class FleetClient {
+  private readonly superseded: SupersededRuns;
+
   constructor(
     readonly client: Client,
     readonly config: ControlPlaneConfig,
     private readonly newId: () => string = () => crypto.randomUUID(),
-  ) {}
+  ) {
+    this.superseded = new SupersededRuns(client);
+  }
 
   /** Validates and fills defaults; throws ValidationError and touches nothing on bad input. */
   buildInput(req: SubmitRequest): TaskInput {
@@ -360,6 +365,8 @@ export class FleetClient {
     const out: TaskSummary[] = [];
     for await (const wf of this.client.workflow.list({ query: clauses.join(' AND ') })) {
       const sa = wf.typedSearchAttributes;
+      // A rejected run whose id was submitted again: the newer run stands for the task.
+      if (sa.get(FleetStatus) === 'rejected' && (await this.superseded.superseded(wf.workflowId, wf.runId))) continue;
       out.push({
         taskId: wf.workflowId.replace(/^task\//, ''),
         status: (sa.get(FleetStatus) as TaskStatus) ?? 'queued',

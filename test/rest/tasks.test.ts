@@ -9,6 +9,7 @@ import type { AddressInfo } from 'node:net';
 import request from 'supertest';
 import { FleetClient } from '../../control-plane/client';
 import type { TaskView } from '../../workflows/types';
+import { FleetStatus } from '../../workflows/search-attributes';
 import { eventually, uid } from '../helpers/fleet';
 import {
   assertNoSecrets,
@@ -457,5 +458,28 @@ describe('REST: a full queue', () => {
     const retry = await post({ taskId: id, goal: 'one too many' });
     assert.equal(retry.status, 201, retry.text);
     assert.equal(retry.body.status, 'queued');
+    // Listed once, as it is now: the rejected run it replaced is not (visibility has both runs).
+    const listed = async (query: string) =>
+      (
+        await request(rf.app)
+          .get(`/v1/tasks?pool=${rf.f.pool}${query}`)
+          .set(...auth('admin'))
+      ).body.items.filter((t: { taskId: string }) => t.taskId === id);
+    const runs = await eventually(async () => {
+      const all = await rf.f.client.workflow.list({ query: `WorkflowId = "task/${id}"` });
+      const statuses: string[] = [];
+      for await (const wf of all) statuses.push(String(wf.typedSearchAttributes.get(FleetStatus)));
+      return statuses.sort().join() === 'queued,rejected' ? statuses : undefined;
+    }, 'both runs visible');
+    assert.equal(runs.length, 2);
+    assert.deepEqual(
+      (await listed('')).map((t: { status: string }) => t.status),
+      ['queued'],
+    );
+    assert.deepEqual(await listed('&status=rejected'), []);
+    assert.deepEqual(
+      (await rf.f.fleet.list({ pool: rf.f.pool })).filter((t) => t.taskId === id).map((t) => t.status),
+      ['queued'],
+    );
   });
 });

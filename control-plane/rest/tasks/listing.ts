@@ -18,6 +18,7 @@ import {
 } from '../../../workflows/search-attributes';
 import { taskWorkflowId } from '../../../workflows/ids';
 import type { TaskInput, TaskStatus } from '../../../workflows/types';
+import { SupersededRuns } from '../../superseded';
 import { invalid, isTemporalUnreachable } from '../problem';
 import { iso } from '../schemas';
 import type { TaskList, TaskSummary } from './schemas';
@@ -81,6 +82,8 @@ interface TaskIdentity {
 
 export class TaskLister {
   private readonly identities = new Map<string, TaskIdentity>();
+  /** A rejected run whose id was submitted again is not listed (the newer run is). */
+  private readonly superseded: SupersededRuns;
 
   /**
    * @param cursorKey signs cursors, so a forged page token never reaches Temporal. Replicas behind
@@ -90,7 +93,9 @@ export class TaskLister {
     private readonly client: Client,
     private readonly cursorKey: Buffer = randomBytes(32),
     private readonly maxCached = 20_000,
-  ) {}
+  ) {
+    this.superseded = new SupersededRuns(client);
+  }
 
   async list(filter: TaskListFilter, limit: number, cursorText?: string): Promise<TaskList> {
     const query = visibilityQuery(filter);
@@ -125,6 +130,9 @@ export class TaskLister {
       for (let i = 0; i < summaries.length; i++) {
         const s = summaries[i];
         if (filter.owner !== undefined && s.owner !== filter.owner) continue;
+        const run = executions[skip + i].execution;
+        if (s.status === 'rejected' && (await this.superseded.superseded(run?.workflowId ?? '', run?.runId ?? '')))
+          continue;
         items.push(s);
         if (items.length === limit) {
           const used = skip + i + 1;
