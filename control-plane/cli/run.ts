@@ -79,7 +79,7 @@ export const USAGE =
     .join('\n') +
   '\n\nglobal options: --json (machine-readable output), --url URL (default $FLEET_URL or http://127.0.0.1:8080)\n' +
   'environment: FLEET_URL, FLEET_TOKEN (bearer token)\n' +
-  'exit codes: 0 ok/done, 1 task failed, 2 usage or validation error, 3 task cancelled, 4 auth, 5 server or network\n';
+  'exit codes: 0 ok/done, 1 task failed, 2 usage, validation or a refused request (not found, conflict, e.g. the task already ended), 3 task cancelled, 4 auth, 5 server or network\n';
 
 export async function run(argv: string[], io: CliIo): Promise<ExitCode> {
   const name = argv[0];
