@@ -6,6 +6,7 @@
 import {
   WorkflowExecutionAlreadyStartedError,
   WorkflowFailedError,
+  WorkflowNotFoundError,
   type Client,
   type WorkflowIdReusePolicy,
 } from '@temporalio/client';
@@ -15,7 +16,14 @@ import { tsToMs } from '@temporalio/common/lib/time';
 import { temporal } from '@temporalio/proto';
 import { z } from 'zod';
 import { ErrorType } from '../workflows/errors';
-import { definitionTag, INLINE_STEPS_TAG, isValidId, ID_RULE, taskWorkflowId } from '../workflows/ids';
+import {
+  definitionTag,
+  INLINE_STEPS_TAG,
+  isValidId,
+  ID_RULE,
+  schedulerWorkflowId,
+  taskWorkflowId,
+} from '../workflows/ids';
 import { admissionSignal, assignmentSignal, taskStateQuery, type Admission } from '../workflows/messages';
 import {
   FleetAttempt,
@@ -190,6 +198,7 @@ export class FleetClient {
    */
   async submit(req: SubmitRequest): Promise<TaskView> {
     const input = this.buildInput(req);
+    await this.assertPoolExists(input.pool);
     try {
       return await this.startAndAwaitAdmission(input, 'REJECT_DUPLICATE');
     } catch (err) {
@@ -205,6 +214,31 @@ export class FleetClient {
       if (err instanceof WorkflowExecutionAlreadyStartedError) return this.get(input.taskId);
       throw err;
     }
+  }
+
+  /** Pools known to exist (configured, or a scheduler found running): a pool never goes away. */
+  private readonly knownPools = new Set<string>();
+
+  /**
+   * A pool is one in the configuration or one a host serves (its scheduler was started when the
+   * host reported devices in it). Anything else is most likely a typo: refused, nothing started.
+   */
+  private async assertPoolExists(pool: string): Promise<void> {
+    if (pool in this.config.pools || this.knownPools.has(pool)) return;
+    try {
+      const d = await this.client.workflow.getHandle(schedulerWorkflowId(pool)).describe();
+      if (d.status.name === 'RUNNING') {
+        this.knownPools.add(pool);
+        return;
+      }
+    } catch (err) {
+      if (!(err instanceof WorkflowNotFoundError)) throw err;
+    }
+    const known = Object.keys(this.config.pools).join(', ');
+    throw new TaskRejectedError(
+      `unknown pool "${pool}": not configured (${known}) and no host serves it; nothing was submitted`,
+      ErrorType.UnknownPool,
+    );
   }
 
   /**

@@ -17,6 +17,7 @@ import type { Client } from '@temporalio/client';
 import type { RequestHandler } from 'express';
 import { Counter, Gauge, Registry, register as globalRegistry } from 'prom-client';
 import { schedulerWorkflowId } from '../workflows/ids';
+import { FleetPool } from '../workflows/search-attributes';
 import { schedulerStateQuery, type SchedulerCounters, type SchedulerView } from '../workflows/messages';
 import { INDEXED_STATUSES, TASK_STATUSES, type IndexedStatus } from '../workflows/types';
 import type { ControlPlaneConfig } from './config';
@@ -67,6 +68,28 @@ export function pools(config: ControlPlaneConfig): string[] {
   return [...new Set([config.defaultPool, ...Object.keys(config.pools)])].sort();
 }
 
+/** The configured pools, plus any pool a host serves whose scheduler runs on this control plane's queue (from visibility). */
+async function poolsNow(client: Client, config: ControlPlaneConfig, timeoutMs: number): Promise<string[]> {
+  const found: string[] = [];
+  try {
+    await within(
+      (async () => {
+        const query = `FleetKind = 'scheduler' AND ExecutionStatus = 'Running' AND TaskQueue = ${literal(config.controlTaskQueue)}`;
+        for await (const wf of client.workflow.list({ query })) {
+          const pool = wf.typedSearchAttributes.get(FleetPool);
+          if (pool) found.push(pool);
+          if (found.length >= 1_000) break;
+        }
+      })(),
+      timeoutMs,
+      'list schedulers',
+    );
+  } catch {
+    // Visibility did not answer: the configured pools still report (fleet_visibility_up says so).
+  }
+  return [...new Set([...pools(config), ...found])].sort();
+}
+
 export function createFleetMetrics(opts: FleetMetricsOptions): FleetMetrics {
   const { client, config } = opts;
   const cacheMs = opts.cacheMs ?? 2_000;
@@ -96,7 +119,9 @@ export function createFleetMetrics(opts: FleetMetricsOptions): FleetMetrics {
 
   const readings = (): Promise<PoolReading[]> => {
     const t = now();
-    if (!cached || t - cached.at >= cacheMs) cached = { at: t, readings: Promise.all(pools(config).map(readPool)) };
+    if (!cached || t - cached.at >= cacheMs) {
+      cached = { at: t, readings: poolsNow(client, config, timeoutMs).then((ps) => Promise.all(ps.map(readPool))) };
+    }
     return cached.readings;
   };
 

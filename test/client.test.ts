@@ -1,7 +1,7 @@
 /** The typed client's list and validation, through the registered search attributes (what the Web UI filters on). */
 import assert from 'node:assert/strict';
-import { TaskNotFoundError, TaskWaitTimeoutError, ValidationError } from '../control-plane/client';
-import { taskWorkflowId } from '../workflows/ids';
+import { TaskNotFoundError, TaskRejectedError, TaskWaitTimeoutError, ValidationError } from '../control-plane/client';
+import { schedulerWorkflowId, taskWorkflowId } from '../workflows/ids';
 import { eventually, startFleet, type Fleet } from './helpers/fleet';
 
 describe('fleet client', () => {
@@ -47,6 +47,27 @@ describe('fleet client', () => {
       onHost.map((t) => t.taskId),
       [done.taskId],
     );
+  });
+
+  it("a pool that is neither configured nor served by a host is refused, nothing started; a host's own pool is taken", async () => {
+    f = await startFleet('client-pools');
+    const typo = `${f.pool}-typo`;
+    await assert.rejects(f.fleet.submit({ taskId: 'to-a-typo', goal: 'x', pool: typo }), (err: unknown) => {
+      assert.ok(err instanceof TaskRejectedError, String(err));
+      assert.equal(err.reason, 'UnknownPool');
+      assert.match(err.message, new RegExp(`unknown pool "${typo}": not configured`));
+      return true;
+    });
+    await assert.rejects(f.fleet.get('to-a-typo'), TaskNotFoundError);
+    await assert.rejects(f.client.workflow.getHandle(schedulerWorkflowId(typo)).describe(), /not found/i);
+    // A pool only a host names (not in the configuration): its scheduler started with the host.
+    const lab = `${f.pool}-lab`;
+    await f.addHost('h1', [{ deviceId: 'd1', pool: lab }]);
+    const t = await eventually(
+      () => f!.fleet.submit({ goal: 'in the host pool [sim duration=50]', pool: lab }).catch(() => undefined),
+      'the host pool to exist',
+    );
+    assert.equal((await f.fleet.wait(t.taskId, { timeoutMs: 30_000 })).status, 'done');
   });
 
   it('wait gives up after its timeout and leaves the task alone; an unknown task is named', async () => {

@@ -80,5 +80,16 @@ describe('GET /metrics', () => {
     assert.equal(value(samples, 'fleet_tasks_retried', { pool }), 0);
     assert.equal(value(samples, 'fleet_attempts_ended_total', { pool, outcome: 'done', reason: '' }), 1);
     assert.equal(value(samples, 'fleet_attempts_ended_total', { pool, outcome: 'failed', reason: 'runner_failed' }), 1);
+
+    // A pool only a host names (not configured) is reported too, once its scheduler runs.
+    const lab = `${pool}-lab`;
+    await f.addHost('h2', [{ deviceId: 'l1', pool: lab }]);
+    await eventually(async () => {
+      const s = parseMetrics((await request(app).get('/metrics')).text);
+      return value(s, 'fleet_scheduler_up', { pool: lab }) === 1 &&
+        value(s, 'fleet_devices', { pool: lab, reserved: 'false' }) === 1
+        ? true
+        : undefined;
+    }, 'the host pool in /metrics');
   });
 });
