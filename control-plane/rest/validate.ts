@@ -5,7 +5,7 @@
  */
 import type { RequestHandler, Response } from 'express';
 import type { z } from 'zod';
-import { invalid, type FieldError } from './problem';
+import { HttpProblem, invalid, type FieldError } from './problem';
 
 export interface RequestSchemas {
   params?: z.ZodType;
@@ -32,6 +32,10 @@ export function validate<S extends RequestSchemas>(schemas: S): RequestHandler {
       if (!schema) continue;
       const value: unknown = req[key];
       if (key === 'body' && value === undefined) {
+        const type = req.headers['content-type'];
+        if (type && !req.is('application/json')) {
+          throw new HttpProblem('unsupportedMediaType', `Content-Type ${type} is not supported: send application/json`);
+        }
         errors.push({
           in: 'body',
           path: '(root)',

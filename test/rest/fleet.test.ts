@@ -61,8 +61,9 @@ describe('REST: hosts and devices', () => {
     assert.deepEqual(
       h.devices.map((d: Device) => [d.deviceId, d.driverType, d.tags, d.state, d.health, d.pool, d.reservation]),
       [
-        ['d1', 'android', ['camera'], 'idle', 'good', rf.f.pool, null],
-        ['d2', 'ios', [], 'idle', 'good', rf.f.pool, null],
+        // inline-steps: the sim runner runs steps a task brings along (a capability tag).
+        ['d1', 'android', ['camera', 'inline-steps'], 'idle', 'good', rf.f.pool, null],
+        ['d2', 'ios', ['inline-steps'], 'idle', 'good', rf.f.pool, null],
       ],
     );
     assertNoSecrets(hosts.text);

@@ -190,7 +190,16 @@ describe('REST: tasks', () => {
   });
 
   it('lists by status, owner and pool, paged with a cursor; a submitter lists only its own', async () => {
+    // A pool of its own, served by a host whose only device is in maintenance: the tasks stay queued.
     const pool = uid('lst');
+    await rf.f.addHost(uid('lsth'), [{ deviceId: 'x', pool, health: 'maintenance' }]);
+    await eventually(
+      async () =>
+        (await rf.f.client.workflow.getHandle(`scheduler/${pool}`).describe()).status.name === 'RUNNING'
+          ? true
+          : undefined,
+      'the host pool',
+    );
     const ids: Record<string, string> = {};
     for (const [who, n] of [
       ['alice', 'a1'],
@@ -264,9 +273,9 @@ describe('REST: tasks', () => {
     for (const id of Object.values(ids)) assert.equal((await cancel('admin', id)).status, 202);
   });
 
-  it('bad requests are 400/401/403/413 problems with field paths and change nothing', async () => {
+  it('bad requests are 400/401/403/413/415 problems with field paths and change nothing', async () => {
     const before = await rf.f.scheduler();
-    const unused = [uid('bad'), uid('bad'), uid('bad'), uid('bad'), uid('bad'), uid('bad')];
+    const unused = Array.from({ length: 7 }, () => uid('bad'));
     const cases: Array<[() => request.Test, number, string, string[]?]> = [
       [() => post('alice', {}), 400, 'validation', ['body:goal']],
       [() => post('alice', { taskId: unused[0], goal: 'x', definition: 'y' }), 400, 'validation', ['body:goal']],
@@ -283,12 +292,8 @@ describe('REST: tasks', () => {
         'validation',
         ['body:policy.maxAttempts'],
       ],
-      [
-        () => post('alice', { taskId: unused[3], definition: 'no-such-definition' }),
-        400,
-        'validation',
-        ['body:definition'],
-      ],
+      [() => post('alice', { taskId: unused[3], definition: 'not an id!' }), 400, 'validation', ['body:definition']],
+      [() => post('alice', { taskId: unused[6], goal: 'x', pool: 'no-such-pool' }), 400, 'task-rejected'],
       [
         () =>
           request(rf.app)
@@ -307,9 +312,8 @@ describe('REST: tasks', () => {
             .set(...auth('alice'))
             .set('Content-Type', 'text/plain')
             .send('goal=x'),
-        400,
-        'validation',
-        ['body:(root)'],
+        415,
+        'unsupported-media-type',
       ],
       [
         () =>
