@@ -93,6 +93,11 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
   // What this host's runner can run beyond goals (definitions by name, steps a task brings): as
   // tags on every device, so a task is only assigned where its definition runs.
   const capabilities = capabilityTags(runners.workflow);
+  if (runners.workflow.definitions === undefined && runners.workflow.inlineSteps === undefined) {
+    opts.log?.('the workflow runner lists no definitions and no inline steps: no task by definition is assigned here', {
+      hostId,
+    });
+  }
   let beginStop!: (how: 'announce' | 'silent') => void;
   const stopping = new Promise<'announce' | 'silent'>((resolve) => (beginStop = resolve));
 

@@ -392,7 +392,10 @@ describe('real drivers and runners through the whole system', () => {
       },
     });
     const dev = await eventually(async () => (await f!.scheduler()).devices[0], 'local device in the pool');
-    assert.deepEqual([dev.deviceId, dev.driverType, dev.tags, dev.health], ['this-box', 'linux', ['gpu'], 'unhealthy']);
+    assert.deepEqual(
+      [dev.deviceId, dev.driverType, dev.tags, dev.health],
+      ['this-box', 'linux', ['gpu', 'inline-steps'], 'unhealthy'], // inline-steps: its sim runner's capability
+    );
     const { taskId } = await f.fleet.submit({
       goal: 'x [sim duration=50]',
       constraints: { driverType: 'linux', tags: ['gpu'] },

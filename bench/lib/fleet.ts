@@ -141,7 +141,10 @@ export class RunRecorder {
       ctx.started();
       return { status: 'done' as const };
     };
-    return { goal: { runGoal: (_goal, ctx) => run(ctx) }, workflow: { runDefinition: (_def, ctx) => run(ctx) } };
+    return {
+      goal: { runGoal: (_goal, ctx) => run(ctx) },
+      workflow: { definitions: [], inlineSteps: false, runDefinition: (_def, ctx) => run(ctx) },
+    };
   }
 
   waitForCount(n: number, timeoutMs: number): Promise<true> {

@@ -22,7 +22,12 @@ export function recordingRunners(
   };
   const runners: Runners = {
     goal: { runGoal: (goal, ctx) => wrap(ctx, () => sim.goal.runGoal(goal, ctx)) },
-    workflow: { runDefinition: (def, ctx) => wrap(ctx, () => sim.workflow.runDefinition(def, ctx)) },
+    workflow: {
+      // What it runs is what the sim runner runs (the host advertises it as device tags).
+      definitions: sim.workflow.definitions,
+      inlineSteps: sim.workflow.inlineSteps,
+      runDefinition: (def, ctx) => wrap(ctx, () => sim.workflow.runDefinition(def, ctx)),
+    },
   };
   return { runners, calls };
 }
