@@ -29,6 +29,14 @@ export class HostKeysConflictError extends Error {
   }
 }
 
+/** The host workflow is ending because the host was removed: enrol again once it has ended. */
+export class HostBeingRemovedError extends Error {
+  override name = 'HostBeingRemovedError';
+  constructor(public readonly hostId: string) {
+    super(`host ${hostId} is being removed; enrol it again once that has finished (a few seconds)`);
+  }
+}
+
 /**
  * Enrols the host's public keys, starting its host workflow if needed. The same keys again change
  * nothing; other keys for an enrolled host need `rotate` (HostKeysConflictError otherwise), and the
@@ -44,7 +52,11 @@ export async function enrollHost(
   let running = false;
   try {
     running = (await handle.describe()).status.name === 'RUNNING';
-    if (running) enrolled = (await handle.query(hostStateQuery)).keys;
+    if (running) {
+      const view = await handle.query(hostStateQuery);
+      if (view.retired) throw new HostBeingRemovedError(e.hostId);
+      enrolled = view.keys;
+    }
   } catch (err) {
     if (!(err instanceof WorkflowNotFoundError)) throw err;
   }

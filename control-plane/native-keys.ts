@@ -5,7 +5,14 @@
  * signatures are deterministic), at a fraction of the CPU. Workflows cannot use this (sandbox) and
  * verify with workflows/identity.ts.
  */
-import { createPrivateKey, createPublicKey, diffieHellman, generateKeyPairSync, sign, type KeyObject } from 'node:crypto';
+import {
+  createPrivateKey,
+  createPublicKey,
+  diffieHellman,
+  generateKeyPairSync,
+  sign,
+  type KeyObject,
+} from 'node:crypto';
 
 const PKCS8 = {
   ed25519: Buffer.from('302e020100300506032b657004220420', 'hex'),
@@ -53,7 +60,9 @@ export function ed25519Sign(msg: Uint8Array, privateKeyHex: string): Uint8Array 
 
 /** X25519 shared secret between our private key (hex) and their public key (raw bytes). */
 export function x25519Shared(privateKeyHex: string, theirPublic: Uint8Array): Uint8Array {
-  return new Uint8Array(diffieHellman({ privateKey: privateKey('x25519', privateKeyHex), publicKey: x25519Public(theirPublic) }));
+  return new Uint8Array(
+    diffieHellman({ privateKey: privateKey('x25519', privateKeyHex), publicKey: x25519Public(theirPublic) }),
+  );
 }
 
 const ownPublic = new Map<string, Uint8Array>();
@@ -72,5 +81,8 @@ export function x25519PublicOf(privateKeyHex: string): Uint8Array {
 export function x25519Ephemeral(recipientPublic: Uint8Array): { ephemeralPublic: Uint8Array; shared: Uint8Array } {
   const { privateKey: eph, publicKey } = generateKeyPairSync('x25519');
   const shared = new Uint8Array(diffieHellman({ privateKey: eph, publicKey: x25519Public(recipientPublic) }));
-  return { ephemeralPublic: new Uint8Array((publicKey.export({ format: 'der', type: 'spki' }) as Buffer).subarray(-32)), shared };
+  return {
+    ephemeralPublic: new Uint8Array((publicKey.export({ format: 'der', type: 'spki' }) as Buffer).subarray(-32)),
+    shared,
+  };
 }

@@ -31,6 +31,7 @@ import {
   releaseDeviceSignal,
   reservationRefusedSignal,
   reserveDeviceSignal,
+  retireDeviceSignal,
   type DeviceView,
 } from './messages';
 import { FleetDeviceId, FleetHostId, FleetKind } from './search-attributes';
@@ -45,7 +46,7 @@ export interface DeviceInput {
   carried?: Omit<DeviceView, 'hostId' | 'deviceId'>;
 }
 
-export async function deviceWorkflow(input: DeviceInput): Promise<never> {
+export async function deviceWorkflow(input: DeviceInput): Promise<void> {
   const { hostId, deviceId } = input;
   const view: DeviceView = {
     hostId,
@@ -56,6 +57,7 @@ export async function deviceWorkflow(input: DeviceInput): Promise<never> {
     refusals: input.carried?.refusals ?? 0,
     runs: (input.carried?.runs ?? 0) + 1,
     refusedPools: input.carried?.refusedPools ?? [],
+    ...(input.carried?.retiring ? { retiring: true } : {}),
   };
   const inFlight = new InFlight();
   /** Outgoing signals are fire-and-track: continue-as-new waits for them. */
@@ -116,6 +118,24 @@ export async function deviceWorkflow(input: DeviceInput): Promise<never> {
     }
     const cur = view.current;
     if (cur?.leaseId === req.leaseId) return; // duplicate delivery
+    if (view.retiring) {
+      // A pool that has not heard yet that the host is gone: refused, as if held (it tries elsewhere).
+      view.refusals++;
+      send(
+        getExternalWorkflowHandle(schedulerWorkflowId(req.pool)).signal(reservationRefusedSignal, {
+          hostId,
+          deviceId,
+          request: req,
+          // Marked held for a minute, so the pool does not offer it again meanwhile; by then the
+          // host's removal has taken the device out of the pool.
+          heldBy: cur
+            ? { taskId: cur.taskId, leaseId: cur.leaseId, expiresAt: cur.expiresAt }
+            : { taskId: 'host-removed', leaseId: `retired/${hostId}/${deviceId}`, expiresAt: Date.now() + 60_000 },
+        }),
+        (err) => log.warn('could not tell the scheduler about a refusal', { error: String(err) }),
+      );
+      return;
+    }
     if (cur) {
       view.refusals++;
       if (!view.refusedPools.includes(req.pool)) view.refusedPools.push(req.pool);
@@ -177,11 +197,28 @@ export async function deviceWorkflow(input: DeviceInput): Promise<never> {
     setHandler(releaseDeviceSignal, onRelease);
   }
 
+  setHandler(retireDeviceSignal, () => {
+    if (!view.retiring) log.info('host removed: this device ends once free', { hostId, deviceId });
+    view.retiring = true;
+  });
+
   describe();
   // No timer of its own (a timer per reservation is a billed action per task): the pool's scheduler
   // sweeps its holds and sends expireHold for any past its deadline.
-  await condition(() => shouldContinueAsNew(input.historyLimit));
+  await condition(() => shouldContinueAsNew(input.historyLimit) || !!view.retiring);
+  // Retiring while held: the holder's release ends it; failing that, the hold's deadline (the pool
+  // that would sweep it may have dropped the device with its host).
+  while (view.retiring && view.current && !shouldContinueAsNew(input.historyLimit)) {
+    const cur = view.current;
+    const left = cur.expiresAt - Date.now();
+    if (left > 0) await condition(() => view.current?.leaseId !== cur.leaseId, left);
+    if (view.current?.leaseId === cur.leaseId && cur.expiresAt <= Date.now()) release(cur, 'hold_expired');
+  }
   await condition(() => inFlight.count === 0 && allHandlersFinished());
+  if (view.retiring && !view.current) {
+    setCurrentDetails(`**retired** · ${view.reservations} reservations`);
+    return;
+  }
   const { hostId: _h, deviceId: _d, ...carried } = view;
   return await continueAsNew<typeof deviceWorkflow>({ hostId, deviceId, historyLimit: input.historyLimit, carried });
 }

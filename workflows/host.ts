@@ -19,6 +19,7 @@ import {
   allHandlersFinished,
   condition,
   continueAsNew,
+  getExternalWorkflowHandle,
   log,
   patched,
   proxyActivities,
@@ -39,12 +40,14 @@ import {
   verifySignature,
   type HostPublicKeys,
 } from './identity';
-import { hostTaskQueue } from './ids';
+import { deviceWorkflowId, hostTaskQueue } from './ids';
 import {
   hostSnapshotUpdate,
   hostStateQuery,
   reconfirmHostSignal,
   registerHostKeysSignal,
+  retireDeviceSignal,
+  retireHostSignal,
   setDeviceDrainSignal,
   setHostDrainSignal,
   type HostView,
@@ -106,6 +109,7 @@ export function assignmentRelevant(view: HostView): string {
  */
 export function validateSnapshot(view: HostView, hostId: string, signed: SignedSnapshot): void {
   const s = signed?.snapshot;
+  if (view.retired) throw new Error(`host ${hostId} was removed by an operator; enrol it again to bring it back`);
   if (!view.keys) throw new Error(`host ${hostId} is not enrolled: no public key to verify its snapshot`);
   if (!s || s.hostId !== hostId) throw new Error(`snapshot for host ${s?.hostId} sent to host ${hostId}`);
   if (!verifySignature(SignDomain.Snapshot, s, signed.sig, view.keys.signing)) {
@@ -121,7 +125,7 @@ export function validateSnapshot(view: HostView, hostId: string, signed: SignedS
   }
 }
 
-export async function hostWorkflow(input: HostInput): Promise<never> {
+export async function hostWorkflow(input: HostInput): Promise<void> {
   const { hostId } = input;
   const view: HostView = input.carried
     ? { ...input.carried.view, runs: input.carried.view.runs + 1 }
@@ -188,6 +192,14 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
     log.info('a pool presumes this host lost; republishing after its next snapshot', { hostId, reason });
     reconfirmAt = Math.max(reconfirmAt ?? 0, Date.now());
   });
+  setHandler(retireHostSignal, ({ reason }) => {
+    if (view.retired) return;
+    log.info('host removed by an operator: its devices leave the pools', { hostId, reason });
+    view.retired = true;
+    view.online = false;
+    view.devices = [];
+    beats++;
+  });
   setHandler(setHostDrainSignal, ({ drained }) => {
     view.drained = drained;
     beats++;
@@ -204,7 +216,11 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
     const seenAt = view.lastSeenAt ?? 0;
     const reconfirmed = reconfirmAt !== undefined && seenAt > reconfirmAt;
     if (relevant === lastPublished && !reconfirmed) return;
-    view.published++;
+    // The version pools order this host's publications by (they drop one not newer than the last
+    // they applied): the workflow clock, so a host removed and enrolled again, which starts a new
+    // workflow, still publishes above anything the removed one sent. Never smaller than before
+    // (runs from before this counted 1, 2, 3...). Not a command: replays the same.
+    view.published = Math.max(view.published + 1, Date.now());
     const newDevices = view.devices.map((d) => d.deviceId).filter((id) => !ensured.has(id));
     const pools = new Set(view.devices.map((d) => d.pool ?? view.pool));
     pools.add(view.pool);
@@ -368,8 +384,29 @@ export async function hostWorkflow(input: HostInput): Promise<never> {
     sessionsOn();
     handled = beats;
     await publishIfChanged();
+    // Removed, and the pools were told (an empty device list): the run ends below.
+    if (view.retired && handled === beats) break;
   }
   continuing = true;
+  if (view.retired) {
+    // Each device workflow ends once nobody holds it; the session ends; then this workflow.
+    await Promise.all(
+      [...ensured].map((deviceId) =>
+        getExternalWorkflowHandle(deviceWorkflowId(hostId, deviceId))
+          .signal(retireDeviceSignal)
+          .catch((err) => log.warn('could not retire a device workflow', { hostId, deviceId, error: String(err) })),
+      ),
+    );
+    if (sessionsStarted) {
+      sessionScope.cancel();
+      let ended = false;
+      void Promise.all([sessionsEnded, snapshotAsksEnded]).then(() => (ended = true));
+      await condition(() => ended, 2 * input.hostTimeoutMs);
+    }
+    await condition(allHandlersFinished);
+    setCurrentDetails(`**removed** · ${ensured.size} devices retired`);
+    return;
+  }
   // Hand the session over: cancel it and wait until the host has ended it (it learns of the cancel
   // at its next beat, within about 1.1 leases; a host that is gone ends it by timing out), and let
   // a snapshot request in flight finish. The next run opens a new session at once, and nothing of

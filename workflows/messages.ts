@@ -124,6 +124,8 @@ export interface DeviceView {
   runs: number;
   /** Pools refused while the current reservation held the device: told too when it is released. */
   refusedPools: string[];
+  /** Its host was removed: no new holder, and the workflow ends once the device is free. */
+  retiring?: boolean;
 }
 export const reserveDeviceSignal = defineSignal<[ReservationRequest]>('reserveDevice');
 /** Scheduler -> device: the hold of this lease is past its deadline; free the device if it still holds it. */
@@ -151,6 +153,8 @@ export interface HostView {
   lastSentAt?: number;
   /** The host process (bootId) that last ended its session saying it stopped. */
   stoppedBootId?: string;
+  /** An operator removed the host: its devices left the pools, and the workflow has ended (or is ending). */
+  retired?: boolean;
 }
 /** Operator enrollment (or key rotation): the host's public keys. */
 export const registerHostKeysSignal = defineSignal<[{ keys: HostPublicKeys }]>('registerHostKeys');
@@ -164,3 +168,11 @@ export const reconfirmHostSignal = defineSignal<[{ reason: string; at: number }]
 export const setHostDrainSignal = defineSignal<[{ drained: boolean }]>('setHostDrain');
 export const setDeviceDrainSignal = defineSignal<[{ deviceId: string; drained: boolean }]>('setDeviceDrain');
 export const hostStateQuery = defineQuery<HostView>('hostState');
+/**
+ * Operator -> host workflow: remove the host (decommissioned). Its devices leave every pool, each
+ * device workflow ends once nobody holds it, and the host workflow ends; enrolling the host id
+ * again starts afresh.
+ */
+export const retireHostSignal = defineSignal<[{ reason?: string }]>('retireHost');
+/** Host workflow -> device: the host is gone; refuse new reservations and end once free. */
+export const retireDeviceSignal = defineSignal<[]>('retireDevice');

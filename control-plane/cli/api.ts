@@ -72,7 +72,7 @@ export class FleetApi {
     }
   }
 
-  async request<T>(method: 'GET' | 'POST' | 'PUT', path: string, body?: unknown): Promise<T> {
+  async request<T>(method: 'GET' | 'POST' | 'PUT' | 'DELETE', path: string, body?: unknown): Promise<T> {
     let res: Response;
     try {
       res = await this.io.fetch(`${this.baseUrl}${path}`, {
@@ -89,6 +89,7 @@ export class FleetApi {
   get = <T>(path: string): Promise<T> => this.request<T>('GET', path);
   post = <T>(path: string, body?: unknown): Promise<T> => this.request<T>('POST', path, body);
   put = <T>(path: string, body?: unknown): Promise<T> => this.request<T>('PUT', path, body);
+  delete = <T>(path: string): Promise<T> => this.request<T>('DELETE', path);
 }
 
 /** The JSON body of a successful response; an ApiError for any other status. */

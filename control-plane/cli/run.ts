@@ -56,7 +56,8 @@ const COMMANDS: Record<string, Command> = {
   },
   hosts: {
     usage:
-      'fleet hosts [--pool P]\nfleet hosts add HOST_ID [--pool P] [--out FILE] [--force] [--rotate]\n' +
+      'fleet hosts [--pool P]\nfleet hosts remove HOST_ID   (an offline host; its devices leave the pools)\n' +
+      'fleet hosts add HOST_ID [--pool P] [--out FILE] [--force] [--rotate]\n' +
       '  --force overwrites FILE; --rotate replaces the keys of an enrolled host (offline until it restarts with them)',
     options: { pool: s, out: s, force: b, rotate: b },
     handler: hosts,

@@ -16,6 +16,7 @@ import {
   DeviceParamsSchema,
   DevicesQuerySchema,
   DrainResultSchema,
+  RemoveResultSchema,
   EnrollHostBodySchema,
   EnrollResultSchema,
   HostListSchema,
@@ -44,6 +45,7 @@ const components = {
   HostList: [HostListSchema, 'output'],
   DeviceList: [DeviceListSchema, 'output'],
   DrainResult: [DrainResultSchema, 'output'],
+  RemoveResult: [RemoveResultSchema, 'output'],
   EnrollHostBody: [EnrollHostBodySchema, 'input'],
   EnrollResult: [EnrollResultSchema, 'output'],
   WorkflowDefinition: [WorkflowDefinitionSchema, 'input'],
@@ -56,7 +58,7 @@ const components = {
 type ComponentName = keyof typeof components;
 
 interface Operation {
-  method: 'get' | 'post' | 'put';
+  method: 'get' | 'post' | 'put' | 'delete';
   path: string;
   summary: string;
   /** Who may call it; undefined: no authentication. */
@@ -140,6 +142,16 @@ const operations: Operation[] = [
     params: HostParamsSchema,
     ok: [[200, 'the host', 'HostResource']],
     errors: ['validation', ...AUTH_ERRORS, 'notFound'],
+  },
+  {
+    method: 'delete',
+    path: '/v1/hosts/{hostId}',
+    summary:
+      'Remove a host that is offline (admin): its devices leave the pools, their workflows end once free, and so does the host workflow; enrolling the id again starts afresh',
+    roles: ['admin'],
+    params: HostParamsSchema,
+    ok: [[202, 'the host workflow is removing the host', 'RemoveResult']],
+    errors: ['validation', ...AUTH_ERRORS, 'notFound', 'conflict'],
   },
   {
     method: 'put',

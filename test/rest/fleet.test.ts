@@ -1,7 +1,10 @@
 /** /v1/hosts and /v1/devices (host workflows + pool scheduler, aggregated) and drain/undrain. */
 import assert from 'node:assert/strict';
 import request from 'supertest';
+import { deviceWorkflowId } from '../../workflows/ids';
+import { hostStateQuery } from '../../workflows/messages';
 import { eventually, uid } from '../helpers/fleet';
+import { assertNoOverlappingReservations } from '../helpers/invariants';
 import { assertNoSecrets, assertProblem, auth, startRestFleet, type RestFleet, type Who } from './helpers';
 
 interface Device {
@@ -152,5 +155,70 @@ describe('REST: hosts and devices', () => {
     assertProblem(await post('admin', '/v1/hosts/bad%20host/undrain'), 400, 'validation');
     assertProblem(await post('alice', `/v1/hosts/${hostId}/drain`), 403, 'forbidden');
     assert.equal((await get('viewer', `/v1/hosts/${hostId}`)).body.drained, false, 'refused drains changed nothing');
+  });
+});
+
+describe('REST: removing a host', () => {
+  let rf: RestFleet;
+  before(async () => {
+    rf = await startRestFleet('rest-remove');
+  });
+  after(async () => {
+    await rf?.stop();
+  });
+  const del = (who: Who, path: string) =>
+    request(rf.app)
+      .delete(path)
+      .set(...auth(who));
+
+  it('an offline host is removed: its devices leave the pool, its workflows end; online or unknown is refused; enrolling again starts afresh', async () => {
+    const host = await rf.f.addHost('gone', [{ deviceId: 'g1' }, { deviceId: 'g2' }]);
+    const hostId = rf.f.hostId('gone');
+    const handle = rf.f.client.workflow.getHandle(`host/${hostId}`);
+    await eventually(
+      async () => ((await rf.f.scheduler()).devices.length === 2 ? true : undefined),
+      'devices in the pool',
+    );
+    const done = await rf.f.fleet.submit({ goal: 'before [sim duration=50]' });
+    assert.equal((await rf.f.fleet.wait(done.taskId, { timeoutMs: 30_000 })).status, 'done');
+
+    assertProblem(await del('admin', `/v1/hosts/${hostId}`), 409, 'conflict'); // online
+    assertProblem(await del('alice', `/v1/hosts/${hostId}`), 403, 'forbidden');
+    assertProblem(await del('admin', `/v1/hosts/${uid('nobody')}`), 404, 'not-found');
+    assert.equal((await rf.f.scheduler()).devices.length, 2, 'refusals changed nothing');
+
+    await host.stop(); // a clean stop: offline at once
+    await eventually(async () => (!(await handle.query(hostStateQuery)).online ? true : undefined), 'offline');
+    const removed = await del('admin', `/v1/hosts/${hostId}`);
+    assert.equal(removed.status, 202, removed.text);
+    assert.deepEqual(removed.body, { hostId, removed: true });
+    await eventually(async () => ((await rf.f.scheduler()).devices.length === 0 ? true : undefined), 'devices gone');
+    await eventually(
+      async () => ((await handle.describe()).status.name === 'COMPLETED' ? true : undefined),
+      'host workflow ended',
+    );
+    for (const d of ['g1', 'g2']) {
+      await eventually(
+        async () =>
+          (await rf.f.client.workflow.getHandle(deviceWorkflowId(hostId, d)).describe()).status.name === 'COMPLETED'
+            ? true
+            : undefined,
+        `device workflow ${d} ended`,
+      );
+    }
+    const listed = await request(rf.app)
+      .get(`/v1/hosts?pool=${rf.f.pool}`)
+      .set(...auth('viewer'));
+    assert.deepEqual(listed.body.items, []);
+    assertProblem(await del('admin', `/v1/hosts/${hostId}`), 404, 'not-found');
+
+    // A task now waits (no device); the host enrolled again (same id, same keys) serves it.
+    const waiting = await rf.f.fleet.submit({ goal: 'after [sim duration=50]' });
+    assert.equal((await rf.f.fleet.get(waiting.taskId)).status, 'queued');
+    await rf.f.addHost('gone', [{ deviceId: 'g1' }]);
+    const after = await rf.f.fleet.wait(waiting.taskId, { timeoutMs: 30_000 });
+    assert.equal(after.status, 'done');
+    assert.equal(after.attempts[0].hostId, hostId);
+    await assertNoOverlappingReservations(rf.f.client, [{ hostId, deviceId: 'g1' }]);
   });
 });

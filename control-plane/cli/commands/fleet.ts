@@ -4,7 +4,7 @@ import { existsSync, renameSync, rmSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { generateHostCredential, publicKeys, saveHostCredential } from '../../../host-worker/identity';
 import { isValidId, ID_RULE } from '../../../workflows/ids';
-import type { DeviceList, DrainResult, EnrollResult, HostList } from '../../rest/fleet/schemas';
+import type { DeviceList, DrainResult, EnrollResult, HostList, RemoveResult } from '../../rest/fleet/schemas';
 import { query, seg } from '../api';
 import { arg, flag, str, type Ctx } from '../context';
 import { deviceTable, hostTable } from '../format';
@@ -12,6 +12,7 @@ import { ExitCode, UsageError } from '../io';
 
 export async function hosts(ctx: Ctx): Promise<ExitCode> {
   if (ctx.args[1] === 'add') return hostsAdd(ctx);
+  if (ctx.args[1] === 'remove') return hostsRemove(ctx);
   if (ctx.args.length > 1) throw new UsageError(`unexpected argument "${ctx.args[1]}"`, ctx.usage);
   const list = await ctx.api.get<HostList>(`/v1/hosts${query({ pool: str(ctx, 'pool') })}`);
   ctx.print(hostTable(list.items), list);
@@ -40,6 +41,15 @@ export function drain(drained: boolean) {
     ctx.print(`${what} ${r.drained ? 'drained' : 'undrained'}\n`, r);
     return ExitCode.ok;
   };
+}
+
+/** `fleet hosts remove HOST_ID`: an offline host leaves the fleet (its devices leave the pools). */
+async function hostsRemove(ctx: Ctx): Promise<ExitCode> {
+  const hostId = arg(ctx, 2, 'host id');
+  if (ctx.args.length > 3) throw new UsageError(`unexpected argument "${ctx.args[3]}"`, ctx.usage);
+  const r = await ctx.api.delete<RemoveResult>(`/v1/hosts/${seg(hostId)}`);
+  ctx.print(`host ${r.hostId} removed: its devices left the pools; enrol it again to bring it back\n`, r);
+  return ExitCode.ok;
 }
 
 /**

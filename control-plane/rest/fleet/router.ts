@@ -1,7 +1,7 @@
 import { Router } from 'express';
 import { hostWorkflowId } from '../../../workflows/ids';
-import { setDeviceDrainSignal, setHostDrainSignal } from '../../../workflows/messages';
-import { enrollHost, HostKeysConflictError } from '../../hosts';
+import { retireHostSignal, setDeviceDrainSignal, setHostDrainSignal } from '../../../workflows/messages';
+import { enrollHost, HostBeingRemovedError, HostKeysConflictError } from '../../hosts';
 import { requireRole } from '../auth';
 import type { RestDeps } from '../context';
 import { HttpProblem } from '../problem';
@@ -17,6 +17,7 @@ import {
   type DrainResult,
   type EnrollResult,
   type HostList,
+  type RemoveResult,
 } from './schemas';
 import { loadFleetState, presentDevices, presentHosts } from './state';
 
@@ -47,6 +48,25 @@ export function hostsRouter(deps: RestDeps): Router {
     res.json(host);
   });
 
+  // Admin only: removes a host (decommissioned). Only an offline host: a running host process would
+  // keep reporting (refused) and its running work would lose its device's record. Its devices leave
+  // the pools at once; the workflows end once nothing holds them.
+  r.delete('/:hostId', requireRole('admin'), validate(OneHost), async (_req, res) => {
+    const { params } = parsed(res, OneHost);
+    const host = (await hostRunning(client, params.hostId)) ? await hostState(client, params.hostId) : undefined;
+    if (!host || host.retired) throw hostMissing(params.hostId);
+    if (host.online) {
+      throw new HttpProblem(
+        'conflict',
+        `host ${params.hostId} is online: stop its host process first (a clean stop takes it offline at once), then remove it`,
+      );
+    }
+    await client.workflow
+      .getHandle(hostWorkflowId(params.hostId))
+      .signal(retireHostSignal, { reason: 'removed via REST' });
+    res.status(202).json({ hostId: params.hostId, removed: true } satisfies RemoveResult);
+  });
+
   // Admin only: enrols a host's public keys (signal-with-start of its host workflow). The same keys
   // again change nothing. Other keys for an enrolled host need `rotate: true`: the running process
   // cannot read its assignments any more, so the host goes offline until it restarts with the new
@@ -67,7 +87,9 @@ export function hostsRouter(deps: RestDeps): Router {
         rotate: body.rotate,
       });
     } catch (err) {
-      if (err instanceof HostKeysConflictError) throw new HttpProblem('conflict', err.message);
+      if (err instanceof HostKeysConflictError || err instanceof HostBeingRemovedError) {
+        throw new HttpProblem('conflict', err.message);
+      }
       throw err;
     }
     res.status(enrolled.created ? 201 : 200).location(`/v1/hosts/${encodeURIComponent(params.hostId)}`);

@@ -62,6 +62,10 @@ export const DrainResultSchema = z.object({
 });
 export type DrainResult = z.infer<typeof DrainResultSchema>;
 
+/** DELETE /v1/hosts/:hostId: the host is being removed (its devices leave the pools at once). */
+export const RemoveResultSchema = z.object({ hostId: z.string(), removed: z.literal(true) });
+export type RemoveResult = z.infer<typeof RemoveResultSchema>;
+
 const PublicKeyHexSchema = z
   .string()
   .regex(/^[0-9a-f]{64}$/, 'a 32-byte public key in lowercase hex (64 characters)')
