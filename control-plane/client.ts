@@ -198,7 +198,7 @@ export class FleetClient {
    */
   async submit(req: SubmitRequest): Promise<TaskView> {
     const input = this.buildInput(req);
-    await this.assertPoolExists(input.pool);
+    await this.assertPoolExists(input.pool, input.taskId);
     try {
       return await this.startAndAwaitAdmission(input, 'REJECT_DUPLICATE');
     } catch (err) {
@@ -223,8 +223,8 @@ export class FleetClient {
    * A pool is one in the configuration or one a host serves (its scheduler was started when the
    * host reported devices in it). Anything else is most likely a typo: refused, nothing started.
    */
-  private async assertPoolExists(pool: string): Promise<void> {
-    if (pool in this.config.pools || this.knownPools.has(pool)) return;
+  private async assertPoolExists(pool: string, taskId: string): Promise<void> {
+    if (pool === this.config.defaultPool || Object.hasOwn(this.config.pools, pool) || this.knownPools.has(pool)) return;
     try {
       const d = await this.client.workflow.getHandle(schedulerWorkflowId(pool)).describe();
       if (d.status.name === 'RUNNING') {
@@ -234,6 +234,14 @@ export class FleetClient {
     } catch (err) {
       if (!(err instanceof WorkflowNotFoundError)) throw err;
     }
+    // A repeat of a task that exists returns that task, whatever became of its pool since.
+    if (
+      await this.get(taskId).then(
+        () => true,
+        () => false,
+      )
+    )
+      return;
     const known = Object.keys(this.config.pools).join(', ');
     throw new TaskRejectedError(
       `unknown pool "${pool}": not configured (${known}) and no host serves it; nothing was submitted`,

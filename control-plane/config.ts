@@ -47,7 +47,10 @@ export const TaskPolicySchema = z.strictObject({
 export const ControlPlaneConfigSchema = z.strictObject({
   controlTaskQueue: z.string().min(1).default(DEFAULT_CONTROL_TASK_QUEUE),
   defaultPool: z.string().min(1).default(DEFAULT_POOL),
-  /** Pools whose schedulers start with the control plane; others start on first use with poolDefaults. */
+  /**
+   * Pools whose schedulers start with the control plane. A pool a host names that is not here
+   * starts when the host first reports, with poolDefaults; a task for any other pool is refused.
+   */
   pools: z
     .record(z.string(), SchedulerConfigSchema.prefault({}))
     .default({ [DEFAULT_POOL]: SchedulerConfigSchema.parse({}) }),

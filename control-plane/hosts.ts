@@ -19,6 +19,9 @@ export interface Enrollment {
   snapshotTimeoutMs?: number;
 }
 
+/** How long enrolment waits for the host workflow to say which keys it has. */
+const ENROLL_QUERY_MS = 5_000;
+
 /** The host is enrolled with other keys, and the caller did not ask to rotate them. */
 export class HostKeysConflictError extends Error {
   override name = 'HostKeysConflictError';
@@ -48,36 +51,44 @@ export async function enrollHost(
   e: Enrollment & { rotate?: boolean },
 ): Promise<{ created: boolean; rotated: boolean }> {
   const handle = client.workflow.getHandle(hostWorkflowId(e.hostId));
-  let enrolled: HostPublicKeys | undefined;
   let running = false;
   try {
     running = (await handle.describe()).status.name === 'RUNNING';
-    if (running) {
-      const view = await handle.query(hostStateQuery);
-      if (view.retired) throw new HostBeingRemovedError(e.hostId);
-      enrolled = view.keys;
-    }
   } catch (err) {
     if (!(err instanceof WorkflowNotFoundError)) throw err;
   }
-  const rotated = !!enrolled && !sameKeys(enrolled, e.keys);
-  if (rotated && !e.rotate) throw new HostKeysConflictError(e.hostId);
-  await client.workflow.signalWithStart<typeof hostWorkflow, [{ keys: HostPublicKeys }]>('hostWorkflow', {
-    workflowId: hostWorkflowId(e.hostId),
-    taskQueue: config.controlTaskQueue,
-    args: [
-      {
-        hostId: e.hostId,
-        pool: e.pool,
-        hostTimeoutMs: e.hostTimeoutMs ?? config.hostTimeoutMs,
-        snapshotTimeoutMs: e.snapshotTimeoutMs ?? config.snapshotTimeoutMs,
-        keys: e.keys,
-        historyLimit: config.historyLimit,
-      },
-    ],
-    signal: registerHostKeysSignal,
-    signalArgs: [{ keys: e.keys }],
-    staticSummary: `host ${e.hostId} (pool ${e.pool})`,
-  });
+  // The enrolled keys, to refuse an unasked rotation with a clear error. Asking needs the control
+  // plane's worker: when it does not answer (not started yet, as in `npm start`), the host
+  // workflow itself ignores other keys sent without `rotate`.
+  let enrolled: HostPublicKeys | undefined;
+  if (running) {
+    const view = await client
+      .withDeadline(Date.now() + ENROLL_QUERY_MS, () => handle.query(hostStateQuery))
+      .catch(() => undefined);
+    if (view?.retired) throw new HostBeingRemovedError(e.hostId);
+    enrolled = view?.keys;
+  }
+  const rotated = enrolled ? !sameKeys(enrolled, e.keys) : running && !!e.rotate;
+  if (enrolled && rotated && !e.rotate) throw new HostKeysConflictError(e.hostId);
+  await client.workflow.signalWithStart<typeof hostWorkflow, [{ keys: HostPublicKeys; rotate?: boolean }]>(
+    'hostWorkflow',
+    {
+      workflowId: hostWorkflowId(e.hostId),
+      taskQueue: config.controlTaskQueue,
+      args: [
+        {
+          hostId: e.hostId,
+          pool: e.pool,
+          hostTimeoutMs: e.hostTimeoutMs ?? config.hostTimeoutMs,
+          snapshotTimeoutMs: e.snapshotTimeoutMs ?? config.snapshotTimeoutMs,
+          keys: e.keys,
+          historyLimit: config.historyLimit,
+        },
+      ],
+      signal: registerHostKeysSignal,
+      signalArgs: [e.rotate ? { keys: e.keys, rotate: true } : { keys: e.keys }],
+      staticSummary: `host ${e.hostId} (pool ${e.pool})`,
+    },
+  );
   return { created: !running, rotated };
 }

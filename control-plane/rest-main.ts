@@ -1,6 +1,6 @@
 /**
  * The REST facade process: parses its configuration once, connects to Temporal, listens on PORT
- * (default 8080) at HOST (default every interface; `npm start` sets 127.0.0.1), and on
+ * (default 8080) at FLEET_REST_HOST (default every interface; `npm start` sets 127.0.0.1), and on
  * SIGTERM/SIGINT stops accepting, ends open event streams and exits.
  *   FLEET_API_TOKENS      JSON file of API tokens: [{ name, role, tokenSha256 }] (required)
  *   FLEET_DEFINITIONS     JSON file of workflow definitions (default .data/workflow-definitions.json)
@@ -49,7 +49,7 @@ async function main(): Promise<void> {
     options: { cursorKey, log: (message, meta) => log.error(message, meta) },
   });
 
-  const host = process.env.HOST || undefined;
+  const host = process.env.FLEET_REST_HOST || undefined;
   const server: Server = await new Promise((resolve, reject) => {
     const done = (err?: Error) => (err ? reject(err) : resolve(s));
     const s = host ? app.listen(port, host, done) : app.listen(port, done);

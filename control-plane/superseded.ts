@@ -12,7 +12,10 @@ export class SupersededRuns {
   /** Runs known to be superseded (that never changes back); bounded, oldest out first. */
   private readonly known = new Set<string>();
 
-  constructor(private readonly client: Client) {}
+  constructor(
+    private readonly client: Client,
+    private readonly onError?: (err: unknown) => void,
+  ) {}
 
   /** Whether a newer run of `workflowId` than `runId` exists (one describe call, unless known). */
   async superseded(workflowId: string, runId: string): Promise<boolean> {
@@ -21,8 +24,9 @@ export class SupersededRuns {
     try {
       latest = (await this.client.workflow.getHandle(workflowId).describe()).runId;
     } catch (err) {
-      if (err instanceof WorkflowNotFoundError) return false;
-      throw err;
+      // Not found, or not answered: list the run (a list must not fail over one row).
+      if (!(err instanceof WorkflowNotFoundError)) this.onError?.(err);
+      return false;
     }
     if (latest === runId) return false;
     if (this.known.size >= KNOWN_SUPERSEDED_MAX) this.known.delete(this.known.values().next().value!);

@@ -6,7 +6,8 @@
  * makes a new one. Replacing the keys of an enrolled host needs --rotate: the host is offline until
  * it restarts with the new credential.
  */
-import { existsSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { existsSync, renameSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { loadControlPlaneConfig } from '../control-plane/config';
@@ -26,6 +27,10 @@ export async function addHost(
   const fresh = !existsSync(out) || !!opts.force;
   const credential = fresh ? generateHostCredential(hostId) : loadHostCredential(out); // existing: re-enrolled as it is
   if (credential.hostId !== hostId) throw new Error(`${out} holds the credential of host ${credential.hostId}`);
+  // A new credential is written beside the target first and moved into place once enrolled: a
+  // refused enrolment leaves the credential in use as it was, and enrolled keys always have a file.
+  const pending = fresh ? `${out}.${randomBytes(4).toString('hex')}.tmp` : undefined;
+  if (pending) saveHostCredential(pending, credential);
   const client = await connectClient(temporalSettingsFromEnv());
   try {
     const enrolled = await enrollHost(client, config, {
@@ -34,9 +39,11 @@ export async function addHost(
       keys: publicKeys(credential),
       rotate: opts.rotate,
     });
-    // Written only once enrolled: a refused rotation leaves the credential in use as it was.
-    if (fresh) saveHostCredential(out, credential);
+    if (pending) renameSync(pending, out);
     return { out, ...enrolled };
+  } catch (err) {
+    if (pending) rmSync(pending, { force: true });
+    throw err;
   } finally {
     await client.connection.close();
   }

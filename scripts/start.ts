@@ -202,7 +202,7 @@ async function main(): Promise<void> {
   });
   fleet.push(
     run('rest', ...tsx('control-plane/rest-main.ts'), {
-      env: { ...env, HOST: '127.0.0.1', PORT: String(restPort), FLEET_API_TOKENS: tokensFile },
+      env: { ...env, FLEET_REST_HOST: '127.0.0.1', PORT: String(restPort), FLEET_API_TOKENS: tokensFile },
     }),
   );
   fleet.push(

@@ -10,7 +10,7 @@ import { createHostCodec, SEALED_ENCODING } from '../control-plane/sealing';
 import { generateHostCredential, publicKeys, sign } from '../host-worker/identity';
 import { SignDomain } from '../workflows/identity';
 import { hostTaskQueue, hostWorkflowId, taskWorkflowId } from '../workflows/ids';
-import { hostSnapshotUpdate, hostStateQuery, reportAttemptUpdate } from '../workflows/messages';
+import { hostSnapshotUpdate, hostStateQuery, registerHostKeysSignal, reportAttemptUpdate } from '../workflows/messages';
 import type { HostSnapshot } from '../workflows/types';
 import { eventually, sessionRunning, signReport, startFleet, type Fleet } from './helpers/fleet';
 import { testEnv } from './setup';
@@ -273,12 +273,18 @@ describe('host identity: forged results', () => {
     const old = await f.addHost('A', [{ deviceId: 'a1' }], { snapshotIntervalMs: 300, discoveryIntervalMs: 300 });
     const hostA = f.client.workflow.getHandle(hostWorkflowId(f.hostId('A')));
     await eventually(async () => ((await hostA.query(hostStateQuery)).online ? true : undefined), 'online');
+    const enrolledBefore = (await hostA.query(hostStateQuery)).keys;
     const fresh = generateHostCredential(f.hostId('A'));
     await assert.rejects(
       enrollHost(f.client, f.config, { hostId: f.hostId('A'), pool: f.pool, keys: publicKeys(fresh) }),
       HostKeysConflictError,
     );
     assert.equal((await hostA.query(hostStateQuery)).online, true, 'a refused rotation changes nothing');
+    // Sent straight to the workflow (as when enrolment could not ask it first): ignored without rotate.
+    await hostA.signal(registerHostKeysSignal, { keys: publicKeys(fresh) });
+    await sleep(500);
+    const still = await hostA.query(hostStateQuery);
+    assert.deepEqual([still.online, still.keys], [true, enrolledBefore]);
     const r = await enrollHost(f.client, f.config, {
       hostId: f.hostId('A'),
       pool: f.pool,

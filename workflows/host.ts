@@ -20,6 +20,7 @@ import {
   condition,
   continueAsNew,
   getExternalWorkflowHandle,
+  isCancellation,
   log,
   patched,
   proxyActivities,
@@ -157,15 +158,21 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
   ]);
 
   setHandler(hostStateQuery, () => view);
-  setHandler(registerHostKeysSignal, ({ keys }) => {
+  setHandler(registerHostKeysSignal, ({ keys, rotate }) => {
     if (!validPublicKeys(keys)) {
       log.warn('malformed host keys ignored', { hostId });
       return;
     }
-    // Other keys than the enrolled ones (an operator rotated them): the running process can neither
-    // sign for them nor open assignments sealed for them, so the host is offline until a snapshot
-    // signed with the new keys arrives (the host restarted with its new credential).
+    // Other keys than the enrolled ones replace them only when the operator said so (enrolHost
+    // checks first when it can; this holds when it could not ask, or two enrolments raced).
     const rotated = view.keys !== undefined && !sameKeys(view.keys, keys);
+    if (rotated && !rotate && patched('host-keys-rotate-explicit-v1')) {
+      log.warn('other keys for this host without rotate: ignored (enrol with --rotate to replace them)', { hostId });
+      return;
+    }
+    // Rotated: the running process can neither sign for the new keys nor open assignments sealed
+    // for them, so the host is offline until a snapshot signed with them arrives (the host
+    // restarted with its new credential).
     view.keys = keys;
     if (rotated && view.online && patched('host-keys-rotation-offline-v1')) {
       log.info('host keys rotated: offline until the host reports with the new keys', { hostId });
@@ -348,8 +355,11 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
   function sessionsOn(): boolean {
     if (!sessionsStarted && patched('host-session-v1')) {
       sessionsStarted = true;
-      sessionsEnded = sessionScope.run(runSessions).catch(() => undefined);
-      snapshotAsksEnded = askForSnapshots().catch(() => undefined);
+      const stopped = (what: string) => (err: unknown) => {
+        if (!isCancellation(err)) log.error(`${what} stopped`, { hostId, error: String(err) });
+      };
+      sessionsEnded = sessionScope.run(runSessions).catch(stopped('liveness sessions'));
+      snapshotAsksEnded = askForSnapshots().catch(stopped('snapshot requests'));
     }
     return sessionsStarted;
   }
@@ -412,7 +422,21 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
   // a snapshot request in flight finish. The next run opens a new session at once, and nothing of
   // this run's is left to complete against a closed run. Bounded, so a poller that ignores the
   // cancel cannot hold the run open.
-  if (sessionsStarted && patched('host-session-handoff-v1')) {
+  if (sessionsStarted && patched('host-session-handoff-v2')) {
+    sessionScope.cancel();
+    let handedOver = false;
+    void Promise.all([sessionsEnded, snapshotAsksEnded]).then(() => (handedOver = true));
+    const until = Date.now() + 2 * input.hostTimeoutMs;
+    while (!handedOver && Date.now() < until) {
+      // What changes meanwhile (a drain, the watchdog) still reaches the pools from this run.
+      await condition(() => handedOver || beats !== handled, until - Date.now());
+      if (beats !== handled) {
+        handled = beats;
+        await publishIfChanged();
+      }
+    }
+  } else if (sessionsStarted && patched('host-session-handoff-v1')) {
+    // Runs recorded by the first version of the hand-over (fixture set 2026-12-01c): it only waited.
     sessionScope.cancel();
     let handedOver = false;
     void Promise.all([sessionsEnded, snapshotAsksEnded]).then(() => (handedOver = true));

@@ -156,8 +156,8 @@ export interface HostView {
   /** An operator removed the host: its devices left the pools, and the workflow has ended (or is ending). */
   retired?: boolean;
 }
-/** Operator enrollment (or key rotation): the host's public keys. */
-export const registerHostKeysSignal = defineSignal<[{ keys: HostPublicKeys }]>('registerHostKeys');
+/** Operator enrollment (or key rotation): the host's public keys. Other keys than the enrolled ones need `rotate`. */
+export const registerHostKeysSignal = defineSignal<[{ keys: HostPublicKeys; rotate?: boolean }]>('registerHostKeys');
 /** Host -> host workflow: its complete signed snapshot; the validator refuses anything not signed by this host. */
 export const hostSnapshotUpdate = defineUpdate<{ accepted: true }, [SignedSnapshot]>('hostSnapshot');
 /**

@@ -164,7 +164,7 @@ describe('REST: workflow definitions API', () => {
     // Not stored here: a host's own definition, run by name where a host has it (none does here,
     // so it waits, and says for what).
     const hostOwn = uid('nope');
-    const byHost = await send('alice', 'post', '/v1/tasks', { definition: hostOwn });
+    const byHost = await send('alice', 'post', '/v1/tasks', { taskId: uid('byhost'), definition: hostOwn });
     assert.equal(byHost.status, 201, byHost.text);
     assert.deepEqual(byHost.body.work, { kind: 'workflow', definition: hostOwn });
     assert.deepEqual(byHost.body.constraints.tags, [`definition:${hostOwn}`]);
@@ -173,6 +173,11 @@ describe('REST: workflow definitions API', () => {
       return g.body.queue?.waitingFor === 'device' ? g.body.queue : undefined;
     }, 'the explanation');
     assert.match(waits.reason, new RegExp(`definition:${hostOwn}.*no device in pool .* matches at all`));
+    // Stored here since: the same request again is still the same task (the derived tags differ).
+    await send('admin', 'post', '/v1/workflow-definitions', { name: hostOwn, steps: steps('late') });
+    const again = await send('alice', 'post', '/v1/tasks', { taskId: byHost.body.taskId, definition: hostOwn });
+    assert.equal(again.status, 200, again.text);
+    assert.equal(again.body.taskId, byHost.body.taskId);
     for (const id of [taskId, inline.body.taskId, byHost.body.taskId]) {
       assert.equal((await send('alice', 'post', `/v1/tasks/${id}/cancel`, {})).status, 202);
     }

@@ -4,6 +4,7 @@
  */
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import type { SchedulerView } from '../../../workflows/messages';
+import { definitionTag, INLINE_STEPS_TAG } from '../../../workflows/ids';
 import { TaskNotFoundError, type SubmitRequest } from '../../client';
 import type { ControlPlaneConfig } from '../../config';
 import type { TaskInput, TaskPolicy, TaskView } from '../../../workflows/types';
@@ -54,11 +55,16 @@ function fingerprint(
   byName: boolean,
 ) {
   const work = byName && t.work.kind === 'workflow' ? { kind: t.work.kind, definition: t.work.definition } : t.work;
+  // The tags a definition adds (definition:<name>, inline-steps) follow from the work, not from the
+  // request: a task recorded before they existed, or with its definition since stored or deleted
+  // here, is still the same request.
+  const derived = (tag: string) => tag === INLINE_STEPS_TAG || tag.startsWith(definitionTag(''));
+  const constraints = { ...t.constraints, tags: t.constraints.tags.filter((tag) => !derived(tag)) };
   return JSON.stringify(
     canonical({
       pool: t.pool,
       work,
-      constraints: t.constraints,
+      constraints,
       priority: t.priority,
       owner: t.owner ?? null,
       policy: t.policy,
