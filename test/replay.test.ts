@@ -18,9 +18,11 @@ import { join } from 'node:path';
 import type { Client } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
 import { Worker } from '@temporalio/worker';
+import { enrollHost } from '../control-plane/hosts';
 import { createSealingCodec } from '../control-plane/sealing';
+import { generateHostCredential, publicKeys } from '../host-worker/identity';
 import { deviceWorkflowId, hostWorkflowId, schedulerWorkflowId, taskWorkflowId } from '../workflows/ids';
-import { setDeviceDrainSignal } from '../workflows/messages';
+import { hostStateQuery, registerHostKeysSignal, retireHostSignal, setDeviceDrainSignal } from '../workflows/messages';
 import { FleetKind, FleetPool } from '../workflows/search-attributes';
 import { eventually, startFleet, type Fleet } from './helpers/fleet';
 import { workflowBundle } from './setup';
@@ -149,10 +151,30 @@ describe('replay: workflow code reproduces its recorded histories', () => {
     const plain = await g.fleet.submit({ goal: 'plain [sim duration=1]' });
     await g.waitForStatus(plain.taskId, 'done');
 
+    // Operator key traffic on g's h1: other keys without rotate (ignored), then a rotation.
+    const hostG1 = g.client.workflow.getHandle(hostWorkflowId(g.hostId('h1')));
+    const rotatedTo = publicKeys(generateHostCredential(g.hostId('h1')));
+    await hostG1.signal(registerHostKeysSignal, { keys: rotatedTo });
+    await enrollHost(g.client, g.config, { hostId: g.hostId('h1'), pool: g.pool, keys: rotatedTo, rotate: true });
+    await eventually(async () => (!(await hostG1.query(hostStateQuery)).online ? true : undefined), 'h1 of g offline');
+    // A host removed: its device workflow and host workflow end.
+    const removedHost = await g.addHost('h2', [{ deviceId: 'd1' }]);
+    await removedHost.stop();
+    const hostG2 = g.client.workflow.getHandle(hostWorkflowId(g.hostId('h2')));
+    await eventually(async () => (!(await hostG2.query(hostStateQuery)).online ? true : undefined), 'h2 of g offline');
+    await hostG2.signal(retireHostSignal, { reason: 'replay scenario' });
+    for (const id of [hostWorkflowId(g.hostId('h2')), deviceWorkflowId(g.hostId('h2'), 'd1')]) {
+      await eventually(
+        async () => ((await g.client.workflow.getHandle(id).describe()).status.name === 'COMPLETED' ? true : undefined),
+        `${id} ended`,
+      );
+    }
+
     const taskIds = [...Object.values(tasks).map((t) => t.taskId), queued.taskId, lost.taskId, ...more, plain.taskId];
     const hosts = ['h1', 'h2', 'h3'].map((h) => hostWorkflowId(f.hostId(h)));
     const ids = [scheduler, ...hosts, ...devices, schedulerWorkflowId(g.pool)];
     ids.push(hostWorkflowId(g.hostId('h1')), deviceWorkflowId(g.hostId('h1'), 'd1'));
+    ids.push(hostWorkflowId(g.hostId('h2')), deviceWorkflowId(g.hostId('h2'), 'd1'));
     const histories = await recordRuns(f.client, [...ids, ...taskIds.map(taskWorkflowId)]);
     const patches = (h: Recorded) =>
       (h.history.events ?? []).flatMap((e) => {
