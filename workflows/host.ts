@@ -385,6 +385,17 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
     }
   })();
 
+  /**
+   * Cancels the session and waits, at most two leases, until the host ended it (it learns of the
+   * cancel at its next beat) and a snapshot request in flight finished.
+   */
+  const endSessions = async (): Promise<void> => {
+    sessionScope.cancel();
+    let ended = false;
+    void Promise.all([sessionsEnded, snapshotAsksEnded]).then(() => (ended = true));
+    await condition(() => ended, 2 * input.hostTimeoutMs);
+  };
+
   // `handled` lives outside the loop: a change made while a publish was on its way (the watchdog
   // going offline, say) is still seen by the next turn. A new run publishes whatever changed.
   let handled = input.carried ? -1 : 0;
@@ -407,12 +418,7 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
           .catch((err) => log.warn('could not retire a device workflow', { hostId, deviceId, error: String(err) })),
       ),
     );
-    if (sessionsStarted) {
-      sessionScope.cancel();
-      let ended = false;
-      void Promise.all([sessionsEnded, snapshotAsksEnded]).then(() => (ended = true));
-      await condition(() => ended, 2 * input.hostTimeoutMs);
-    }
+    if (sessionsStarted) await endSessions();
     await condition(allHandlersFinished);
     setCurrentDetails(`**removed** · ${ensured.size} devices retired`);
     return;
@@ -437,10 +443,7 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
     }
   } else if (sessionsStarted && patched('host-session-handoff-v1')) {
     // Runs recorded by the first version of the hand-over (fixture set 2026-12-01c): it only waited.
-    sessionScope.cancel();
-    let handedOver = false;
-    void Promise.all([sessionsEnded, snapshotAsksEnded]).then(() => (handedOver = true));
-    await condition(() => handedOver, 2 * input.hostTimeoutMs);
+    await endSessions();
   }
   await condition(allHandlersFinished);
   return await continueAsNew<typeof hostWorkflow>({
