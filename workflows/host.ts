@@ -385,20 +385,33 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
     }
   })();
 
-  /**
-   * Cancels the session and waits, at most two leases, until the host ended it (it learns of the
-   * cancel at its next beat) and a snapshot request in flight finished.
-   */
-  const endSessions = async (): Promise<void> => {
-    sessionScope.cancel();
-    let ended = false;
-    void Promise.all([sessionsEnded, snapshotAsksEnded]).then(() => (ended = true));
-    await condition(() => ended, 2 * input.hostTimeoutMs);
-  };
-
   // `handled` lives outside the loop: a change made while a publish was on its way (the watchdog
   // going offline, say) is still seen by the next turn. A new run publishes whatever changed.
   let handled = input.carried ? -1 : 0;
+
+  /**
+   * Cancels the session and waits, at most two leases, until the host ended it (it learns of the
+   * cancel at its next beat) and a snapshot request in flight finished. `publishMeanwhile`: what
+   * changes while it waits (a drain, the watchdog) still reaches the pools from this run.
+   */
+  const endSessions = async (publishMeanwhile: boolean): Promise<void> => {
+    sessionScope.cancel();
+    let ended = false;
+    void Promise.all([sessionsEnded, snapshotAsksEnded]).then(() => (ended = true));
+    if (!publishMeanwhile) {
+      await condition(() => ended, 2 * input.hostTimeoutMs);
+      return;
+    }
+    const until = Date.now() + 2 * input.hostTimeoutMs;
+    while (!ended && Date.now() < until) {
+      await condition(() => ended || beats !== handled, until - Date.now());
+      if (beats !== handled) {
+        handled = beats;
+        await publishIfChanged();
+      }
+    }
+  };
+
   while (!shouldContinueAsNew(input.historyLimit)) {
     await condition(() => beats !== handled || shouldContinueAsNew(input.historyLimit));
     if (shouldContinueAsNew(input.historyLimit)) break;
@@ -418,7 +431,7 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
           .catch((err) => log.warn('could not retire a device workflow', { hostId, deviceId, error: String(err) })),
       ),
     );
-    if (sessionsStarted) await endSessions();
+    if (sessionsStarted) await endSessions(false);
     await condition(allHandlersFinished);
     setCurrentDetails(`**removed** · ${ensured.size} devices retired`);
     return;
@@ -429,21 +442,10 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
   // this run's is left to complete against a closed run. Bounded, so a poller that ignores the
   // cancel cannot hold the run open.
   if (sessionsStarted && patched('host-session-handoff-v2')) {
-    sessionScope.cancel();
-    let handedOver = false;
-    void Promise.all([sessionsEnded, snapshotAsksEnded]).then(() => (handedOver = true));
-    const until = Date.now() + 2 * input.hostTimeoutMs;
-    while (!handedOver && Date.now() < until) {
-      // What changes meanwhile (a drain, the watchdog) still reaches the pools from this run.
-      await condition(() => handedOver || beats !== handled, until - Date.now());
-      if (beats !== handled) {
-        handled = beats;
-        await publishIfChanged();
-      }
-    }
+    await endSessions(true);
   } else if (sessionsStarted && patched('host-session-handoff-v1')) {
     // Runs recorded by the first version of the hand-over (fixture set 2026-12-01c): it only waited.
-    await endSessions();
+    await endSessions(false);
   }
   await condition(allHandlersFinished);
   return await continueAsNew<typeof hostWorkflow>({
