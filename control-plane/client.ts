@@ -62,6 +62,16 @@ export class TaskRejectedError extends Error {
 export class TaskNotFoundError extends Error {
   override name = 'TaskNotFoundError';
 }
+/** `cancel` found the task already ended: nothing was changed. `task` is its recorded state. */
+export class TaskEndedError extends Error {
+  override name = 'TaskEndedError';
+  constructor(
+    public readonly taskId: string,
+    public readonly status: TaskStatus,
+  ) {
+    super(`task ${taskId} already ended with status ${status}: nothing to cancel`);
+  }
+}
 /** `wait` gave up: the task has not ended within the time allowed (it goes on running). */
 export class TaskWaitTimeoutError extends Error {
   override name = 'TaskWaitTimeoutError';
@@ -394,8 +404,27 @@ export class FleetClient {
     return this.get(taskId);
   }
 
+  /**
+   * Requests the task's cancellation. It is durable and needs no worker up: a queued task leaves
+   * the queue, a running one is stopped on its host. A task that already ended throws
+   * TaskEndedError and is not changed; an unknown id throws TaskNotFoundError.
+   */
   async cancel(taskId: string): Promise<void> {
-    await this.client.workflow.getHandle(taskWorkflowId(taskId)).cancel();
+    const handle = this.client.workflow.getHandle(taskWorkflowId(taskId));
+    // The server takes a cancel request for a closed run without a word, so look first.
+    let d: Awaited<ReturnType<typeof handle.describe>>;
+    try {
+      d = await handle.describe();
+    } catch (err) {
+      if ((err as Error)?.name === 'WorkflowNotFoundError') throw new TaskNotFoundError(`task ${taskId} not found`);
+      throw err;
+    }
+    if (d.status.name !== 'RUNNING') {
+      const status = (d.typedSearchAttributes.get(FleetStatus) as TaskStatus | undefined) ?? closeStatus(d.status.name);
+      throw new TaskEndedError(taskId, status);
+    }
+    // A task that ends meanwhile keeps its own result: the request finds nothing left to cancel.
+    await handle.cancel();
   }
 
   async list(filter: ListFilter = {}): Promise<TaskSummary[]> {
@@ -423,6 +452,11 @@ export class FleetClient {
     }
     return out;
   }
+}
+
+/** A closed task run's status when its FleetStatus was never written (terminated, timed out). */
+function closeStatus(name: string): TaskStatus {
+  return name === 'COMPLETED' ? 'done' : name === 'CANCELLED' ? 'cancelled' : 'failed';
 }
 
 const CLOSE_EVENTS = new Set<temporal.api.enums.v1.EventType>([

@@ -1,6 +1,12 @@
 /** The typed client's list and validation, through the registered search attributes (what the Web UI filters on). */
 import assert from 'node:assert/strict';
-import { TaskNotFoundError, TaskRejectedError, TaskWaitTimeoutError, ValidationError } from '../control-plane/client';
+import {
+  TaskEndedError,
+  TaskNotFoundError,
+  TaskRejectedError,
+  TaskWaitTimeoutError,
+  ValidationError,
+} from '../control-plane/client';
 import { schedulerWorkflowId, taskWorkflowId } from '../workflows/ids';
 import { eventually, startFleet, type Fleet } from './helpers/fleet';
 
@@ -86,6 +92,29 @@ describe('fleet client', () => {
     // A task that ends within the time allowed is returned as recorded.
     const quick = await f.fleet.submit({ goal: 'quick [sim duration=50]', constraints: { driverType: 'android' } });
     assert.equal((await f.fleet.wait(quick.taskId, { timeoutMs: 60_000 })).status, 'done');
+  });
+
+  it('cancel of an ended task throws TaskEndedError with its status and changes nothing; an unknown id is named', async () => {
+    f = await startFleet('client-cancel');
+    await f.addHost('h1', [{ deviceId: 'd1', driverType: 'android' }]);
+    const quick = await f.fleet.submit({ goal: 'quick [sim duration=50]', constraints: { driverType: 'android' } });
+    assert.equal((await f.fleet.wait(quick.taskId, { timeoutMs: 60_000 })).status, 'done');
+    await assert.rejects(f.fleet.cancel(quick.taskId), (err: unknown) => {
+      assert.ok(err instanceof TaskEndedError, String(err));
+      assert.equal(err.taskId, quick.taskId);
+      assert.equal(err.status, 'done');
+      return true;
+    });
+    assert.equal((await f.fleet.get(quick.taskId)).status, 'done');
+    await assert.rejects(f.fleet.cancel('no-such-task'), TaskNotFoundError);
+    // A queued one is cancelled, and a second cancel finds it ended.
+    const waiting = await f.fleet.submit({ goal: 'needs ios', constraints: { driverType: 'ios' } });
+    await f.fleet.cancel(waiting.taskId);
+    assert.equal((await f.fleet.wait(waiting.taskId, { timeoutMs: 30_000 })).status, 'cancelled');
+    await assert.rejects(
+      f.fleet.cancel(waiting.taskId),
+      (err: unknown) => err instanceof TaskEndedError && err.status === 'cancelled',
+    );
   });
 
   it('submit reads the pool answer from the task history: no update (a billed action) is sent', async () => {

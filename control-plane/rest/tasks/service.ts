@@ -2,10 +2,10 @@
  * Task operations of the REST facade on top of FleetClient: idempotent submission (client task id
  * or Idempotency-Key), definition resolution, ownership, and the queue explanation of GET.
  */
-import { WorkflowNotFoundError, type Client } from '@temporalio/client';
+import type { Client } from '@temporalio/client';
 import type { SchedulerView } from '../../../workflows/messages';
 import { definitionTag, INLINE_STEPS_TAG } from '../../../workflows/ids';
-import { TaskNotFoundError, type SubmitRequest } from '../../client';
+import { TaskEndedError, TaskNotFoundError, type SubmitRequest } from '../../client';
 import type { ControlPlaneConfig } from '../../config';
 import type { TaskInput, TaskPolicy, TaskView } from '../../../workflows/types';
 import { assertMayAccessTask, type Principal } from '../auth';
@@ -14,7 +14,7 @@ import { HttpProblem, invalid } from '../problem';
 import { schedulerState } from '../temporal';
 import { presentTask } from './present';
 import { explainWait } from './queue';
-import { isTerminal, type PolicyOverride, type SubmitTaskBody, type TaskResource } from './schemas';
+import type { PolicyOverride, SubmitTaskBody, TaskResource } from './schemas';
 
 /** The full policy: the client's partial schema then has nothing left to fill with its own defaults. */
 export function mergePolicy(defaults: ControlPlaneConfig['taskDefaults'], o: PolicyOverride): TaskPolicy {
@@ -187,16 +187,12 @@ export async function submitTask(
 }
 
 export async function cancelTask(deps: RestDeps, p: Principal, taskId: string): Promise<TaskView> {
-  const view = await getTaskFor(deps, p, taskId);
-  const ended = (v: TaskView) =>
-    new HttpProblem('taskEnded', `task ${taskId} already ended with status ${v.status}: nothing to cancel`);
-  if (isTerminal(view.status)) throw ended(view);
+  await getTaskFor(deps, p, taskId); // 404 / 403 first
   try {
     await deps.fleet.cancel(taskId);
   } catch (err) {
-    if (!(err instanceof WorkflowNotFoundError)) throw err;
-    const now = await getTaskFor(deps, p, taskId);
-    if (isTerminal(now.status)) throw ended(now);
+    if (err instanceof TaskEndedError)
+      throw new HttpProblem('taskEnded', `task ${taskId} already ended with status ${err.status}: nothing to cancel`);
     throw err;
   }
   return deps.fleet.get(taskId);
