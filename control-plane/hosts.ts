@@ -6,7 +6,8 @@ import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import type { hostWorkflow } from '../workflows/host';
 import { hostWorkflowId } from '../workflows/ids';
 import { sameKeys, type HostPublicKeys } from '../workflows/identity';
-import { hostStateQuery, registerHostKeysSignal } from '../workflows/messages';
+import { hostStateQuery, registerHostKeysSignal, type HostView } from '../workflows/messages';
+import { FleetPool } from '../workflows/search-attributes';
 import type { ControlPlaneConfig } from './config';
 
 export interface Enrollment {
@@ -40,34 +41,49 @@ export class HostBeingRemovedError extends Error {
   }
 }
 
+/** What enrolment needs to know of a host workflow: whether it runs, its pool, what it says. */
+export interface EnrolmentState {
+  running: boolean;
+  /** Its pool (the FleetPool search attribute), when it runs. */
+  pool?: string;
+  /** Its answer to the state query; missing when the control plane's worker did not answer in time. */
+  view?: HostView;
+}
+
+/** One describe and, for a running host, one state query with a short deadline. */
+export async function enrolmentState(client: Client, hostId: string): Promise<EnrolmentState> {
+  const handle = client.workflow.getHandle(hostWorkflowId(hostId));
+  try {
+    const d = await handle.describe();
+    if (d.status.name !== 'RUNNING') return { running: false };
+    // Asking needs the control plane's worker: when it does not answer (not started yet, as in
+    // `npm start`), the host workflow itself ignores other keys sent without `rotate`.
+    const view = await client
+      .withDeadline(Date.now() + ENROLL_QUERY_MS, () => handle.query(hostStateQuery))
+      .catch(() => undefined);
+    return { running: true, pool: view?.pool ?? d.typedSearchAttributes.get(FleetPool), view };
+  } catch (err) {
+    if (err instanceof WorkflowNotFoundError) return { running: false };
+    throw err;
+  }
+}
+
 /**
  * Enrols the host's public keys, starting its host workflow if needed. The same keys again change
  * nothing; other keys for an enrolled host need `rotate` (HostKeysConflictError otherwise), and the
- * host is then offline until it reports with the new ones.
+ * host is then offline until it reports with the new ones. `state` is what the caller already read
+ * with enrolmentState (read here otherwise).
  */
 export async function enrollHost(
   client: Client,
   config: ControlPlaneConfig,
   e: Enrollment & { rotate?: boolean },
+  state?: EnrolmentState,
 ): Promise<{ created: boolean; rotated: boolean }> {
-  const handle = client.workflow.getHandle(hostWorkflowId(e.hostId));
-  let running = false;
-  try {
-    running = (await handle.describe()).status.name === 'RUNNING';
-  } catch (err) {
-    if (!(err instanceof WorkflowNotFoundError)) throw err;
-  }
-  // The enrolled keys, to refuse an unasked rotation with a clear error. Asking needs the control
-  // plane's worker: when it does not answer (not started yet, as in `npm start`), the host
-  // workflow itself ignores other keys sent without `rotate`.
-  let enrolled: HostPublicKeys | undefined;
-  if (running) {
-    const view = await client
-      .withDeadline(Date.now() + ENROLL_QUERY_MS, () => handle.query(hostStateQuery))
-      .catch(() => undefined);
-    if (view?.retired) throw new HostBeingRemovedError(e.hostId);
-    enrolled = view?.keys;
-  }
+  const { running, view } = state ?? (await enrolmentState(client, e.hostId));
+  // The enrolled keys, to refuse an unasked rotation with a clear error.
+  if (view?.retired) throw new HostBeingRemovedError(e.hostId);
+  const enrolled: HostPublicKeys | undefined = view?.keys;
   const rotated = enrolled ? !sameKeys(enrolled, e.keys) : running && !!e.rotate;
   if (enrolled && rotated && !e.rotate) throw new HostKeysConflictError(e.hostId);
   await client.workflow.signalWithStart<typeof hostWorkflow, [{ keys: HostPublicKeys; rotate?: boolean }]>(

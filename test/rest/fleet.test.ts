@@ -1,7 +1,8 @@
 /** /v1/hosts and /v1/devices (host workflows + pool scheduler, aggregated) and drain/undrain. */
 import assert from 'node:assert/strict';
 import request from 'supertest';
-import { deviceWorkflowId } from '../../workflows/ids';
+import { generateHostCredential, publicKeys } from '../../host-worker/identity';
+import { deviceWorkflowId, hostWorkflowId } from '../../workflows/ids';
 import { hostStateQuery } from '../../workflows/messages';
 import { eventually, uid } from '../helpers/fleet';
 import { assertNoOverlappingReservations } from '../helpers/invariants';
@@ -155,6 +156,29 @@ describe('REST: hosts and devices', () => {
     assertProblem(await post('admin', '/v1/hosts/bad%20host/undrain'), 400, 'validation');
     assertProblem(await post('alice', `/v1/hosts/${hostId}/drain`), 403, 'forbidden');
     assert.equal((await get('viewer', `/v1/hosts/${hostId}`)).body.drained, false, 'refused drains changed nothing');
+  });
+
+  it('PUT keys of an enrolled host: the same keys change nothing; another pool or other keys without rotate are 409', async () => {
+    const put = (body: object) =>
+      request(rf.app)
+        .put(`/v1/hosts/${hostId}/keys`)
+        .set(...auth('admin'))
+        .send(body);
+    const handle = rf.f.client.workflow.getHandle(hostWorkflowId(hostId));
+    const before = await handle.query(hostStateQuery);
+    const same = publicKeys(await rf.f.enroll('h1'));
+    const again = await put({ keys: same });
+    assert.equal(again.status, 200, again.text);
+    assert.deepEqual(again.body, { hostId, pool: rf.f.pool, created: false, rotated: false });
+    assertProblem(await put({ keys: same, pool: uid('other-pool') }), 409, 'conflict');
+    const other = publicKeys(generateHostCredential(hostId));
+    const refused = await put({ keys: other });
+    assertProblem(refused, 409, 'conflict');
+    assert.match(refused.body.detail, /other keys.*rotate/);
+    const after = await handle.query(hostStateQuery);
+    assert.deepEqual(after.keys, before.keys, 'refusals changed nothing');
+    assert.equal(after.pool, rf.f.pool);
+    assert.ok(after.online, 'still online');
   });
 });
 

@@ -1,7 +1,7 @@
 import { Router } from 'express';
 import { hostWorkflowId } from '../../../workflows/ids';
 import { retireHostSignal, setDeviceDrainSignal, setHostDrainSignal } from '../../../workflows/messages';
-import { enrollHost, HostBeingRemovedError, HostKeysConflictError } from '../../hosts';
+import { enrolmentState, enrollHost, HostBeingRemovedError, HostKeysConflictError } from '../../hosts';
 import { requireRole } from '../auth';
 import type { RestDeps } from '../context';
 import { HttpProblem } from '../problem';
@@ -73,19 +73,20 @@ export function hostsRouter(deps: RestDeps): Router {
   // credential. Its pool stays what it was.
   r.put('/:hostId/keys', requireRole('admin'), validate(Enroll), async (_req, res) => {
     const { params, body } = parsed(res, Enroll);
-    const existing = (await hostRunning(client, params.hostId)) ? await hostState(client, params.hostId) : undefined;
-    if (existing && body.pool !== undefined && body.pool !== existing.pool) {
-      throw new HttpProblem('conflict', `host ${params.hostId} is enrolled in pool ${existing.pool}, not ${body.pool}`);
+    // One describe and one short query, shared with enrollHost.
+    const state = await enrolmentState(client, params.hostId);
+    if (state.pool !== undefined && body.pool !== undefined && body.pool !== state.pool) {
+      throw new HttpProblem('conflict', `host ${params.hostId} is enrolled in pool ${state.pool}, not ${body.pool}`);
     }
-    const pool = existing?.pool ?? body.pool ?? config.defaultPool;
+    const pool = state.pool ?? body.pool ?? config.defaultPool;
     let enrolled;
     try {
-      enrolled = await enrollHost(client, config, {
-        hostId: params.hostId,
-        pool,
-        keys: body.keys,
-        rotate: body.rotate,
-      });
+      enrolled = await enrollHost(
+        client,
+        config,
+        { hostId: params.hostId, pool, keys: body.keys, rotate: body.rotate },
+        state,
+      );
     } catch (err) {
       if (err instanceof HostKeysConflictError || err instanceof HostBeingRemovedError) {
         throw new HttpProblem('conflict', err.message);
