@@ -21,6 +21,7 @@ import type {
   SignedRunOutcome,
 } from '../workflows/types';
 import { sign, type HostCredential } from './identity';
+import type { DeviceClaims } from './claims';
 import type { Journal } from './journal';
 import { UnknownDefinitionError, type RunResult, type Runners } from './runners';
 
@@ -43,12 +44,13 @@ export interface HostActivityDeps {
    * or `claimed` if the runner has not started yet.
    */
   reportDelayMs?: number;
+  /** Which devices have a runner on them (one per device; a newer assignment takes over). */
+  claims: Pick<DeviceClaims, 'claim' | 'release'>;
   /**
-   * Takes the device for one assignment; false when a previous assignment's runner is still on it
-   * (e.g. its lease was lost but it has not stopped yet). `releaseDevice` gives it back.
+   * How long a new assignment waits for an earlier attempt's runner still on its device to stop
+   * once asked (DeviceClaims.claim), before it is refused as device_unavailable.
    */
-  claimDevice(deviceId: string): boolean;
-  releaseDevice(deviceId: string): void;
+  takeoverWaitMs: number;
   /** Active assignments persisted before work starts (seed 004 journal); removed when the attempt ends. */
   journal?: Pick<Journal, 'add' | 'remove'>;
   log?(message: string, fields: Record<string, unknown>): void;
@@ -105,17 +107,41 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
         const what = device ? `${device.state}/${device.health}` : 'not attached';
         return refuse(Reason.DeviceUnavailable, `device ${a.deviceId} is ${what} on host ${hostId}`, true);
       }
-      if (!deps.claimDevice(a.deviceId)) {
-        return refuse(Reason.DeviceUnavailable, `device ${a.deviceId} is still busy with an earlier assignment`, true);
-      }
       let seq = 0;
       let lastMessage = '';
-      // Renew the lease until the very end (reports included). No heartbeat at the start: the lease
-      // runs from the activity's start anyway, and each heartbeat that reaches the server is billed.
+      // Renew the lease until the very end (reports included), and while waiting for the device. No
+      // heartbeat at the start: the lease runs from the activity's start anyway, and each heartbeat
+      // that reaches the server is billed.
       const heartbeat = () => ctx.heartbeat({ seq, message: lastMessage });
       /** The result's progress fields (a run shorter than reportDelayMs sent no progress report). */
       const progressSoFar = () => ({ lastProgressSeq: seq, ...(seq > 0 ? { lastProgress: lastMessage } : {}) });
       const renew = setInterval(heartbeat, Math.max(100, Math.floor(a.leaseTimeoutMs / 3)));
+      // Aborted when a newer attempt is given this device, or a report is refused as stale.
+      const superseded = new AbortController();
+      const holder = {
+        stop: (reason: string) => {
+          if (superseded.signal.aborted) return;
+          log('runner asked to stop', { taskId: a.taskId, attempt: a.attempt, deviceId: a.deviceId, reason });
+          superseded.abort(new Error(reason));
+        },
+      };
+      let claimed: boolean;
+      try {
+        claimed = await deps.claims.claim(a.deviceId, holder, deps.takeoverWaitMs, ctx.cancellationSignal);
+      } catch (err) {
+        clearInterval(renew);
+        throw err;
+      }
+      if (!claimed) {
+        clearInterval(renew);
+        if (ctx.cancellationSignal.aborted)
+          throw new CancelledFailure(`run stopped: ${String(ctx.cancellationSignal.reason)}`);
+        return refuse(
+          Reason.DeviceUnavailable,
+          `device ${a.deviceId} is still busy with an earlier assignment (asked to stop, not done within ${deps.takeoverWaitMs} ms)`,
+          true,
+        );
+      }
       try {
         await deps.journal?.add({
           taskId: a.taskId,
@@ -130,7 +156,7 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
         return await run(device);
       } finally {
         clearInterval(renew);
-        deps.releaseDevice(a.deviceId);
+        deps.claims.release(a.deviceId, holder);
         await deps.journal
           ?.remove(a.taskId, a.attempt)
           .catch((err) => log('journal remove failed', { error: String(err) }));
@@ -150,13 +176,12 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
 
         log('assignment claimed', { taskId: a.taskId, attempt: a.attempt, deviceId: a.deviceId });
         // A report refused as stale means our lease was superseded: stop the runner.
-        const superseded = new AbortController();
         const signal = AbortSignal.any([ctx.cancellationSignal, superseded.signal]);
         const reports: Promise<unknown>[] = [];
         const send = (r: Pick<AttemptReport, 'kind' | 'at' | 'seq' | 'message' | 'claimedAt'>) =>
           reports.push(
             report(r).catch((err) => {
-              if (isStale(err)) superseded.abort(new Error('lease superseded'));
+              if (isStale(err)) holder.stop('lease superseded');
             }),
           );
         let startedAt: number | undefined;
@@ -227,6 +252,7 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
         }
         if (ctx.cancellationSignal.aborted)
           throw new CancelledFailure(`run stopped: ${String(ctx.cancellationSignal.reason)}`);
+        if (superseded.signal.aborted) throw ApplicationFailure.nonRetryable('lease superseded', ErrorType.StaleLease);
         sendProgress();
         await Promise.all(reports);
         return signed({

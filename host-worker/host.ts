@@ -22,6 +22,7 @@ import { createHostActivities } from './activities';
 import { createHostSessionActivities } from './session';
 import { sign, type HostCredential } from './identity';
 import { terminateProcessGroup } from './command-runner';
+import { DeviceClaims } from './claims';
 import type { DeviceDriver } from './drivers';
 import type { Journal } from './journal';
 import { capabilityTags, type Runners } from './runners';
@@ -57,6 +58,12 @@ export interface HostOptions {
    * MIN_ASSIGNMENT_SLOTS (16). The liveness session takes one slot more.
    */
   maxConcurrentAssignments?: number;
+  /**
+   * How long a new assignment waits for an earlier attempt's runner that is still on its device
+   * (its attempt ended on the server: lease lost, execution timeout, cancelled) to stop once asked;
+   * default 15 s, room for the command runner's kill grace. Refused (device_unavailable) after it.
+   */
+  takeoverWaitMs?: number;
   log?(message: string, fields: Record<string, unknown>): void;
 }
 
@@ -87,7 +94,8 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
   let devices = new Map((await discover()).map((d) => [d.deviceId, d]));
 
   if (opts.journal) await reconcileJournal(opts.journal, opts.credential, client, opts.log);
-  const busy = new Set<string>();
+  /** Devices with a runner on them. */
+  const claims = new DeviceClaims();
   let seq = 0;
   const runners = opts.runners ?? createSimRunners({ definitions: opts.definitions });
   // What this host's runner can run beyond goals (definitions by name, steps a task brings): as
@@ -122,12 +130,8 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
         devices: () => devices,
         progressIntervalMs: opts.progressIntervalMs ?? 5_000,
         reportDelayMs: opts.reportDelayMs,
-        claimDevice: (deviceId) => {
-          if (busy.has(deviceId)) return false;
-          busy.add(deviceId);
-          return true;
-        },
-        releaseDevice: (deviceId) => busy.delete(deviceId),
+        takeoverWaitMs: opts.takeoverWaitMs ?? DEFAULT_TAKEOVER_WAIT_MS,
+        claims,
         journal: opts.journal,
         log: opts.log,
       }),
@@ -135,8 +139,8 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
     // A worker's slot count is fixed when it is created, and a host's devices are not (a lab
     // machine may start before its phones are plugged in): at least MIN_ASSIGNMENT_SLOTS, or one
     // per device found at start-up; one more for the liveness session, and one for an assignment
-    // whose predecessor on the same device has not let go yet (refused at once, but it holds a
-    // slot while it is). The scheduler only assigns idle devices, so spare slots stay unused.
+    // whose predecessor on the same device has not let go yet (it holds a slot while it waits
+    // for it). The scheduler only assigns idle devices, so spare slots stay unused.
     maxConcurrentActivityTaskExecutions:
       (opts.maxConcurrentAssignments ?? Math.max(MIN_ASSIGNMENT_SLOTS, devices.size)) + 2,
     identity: `host:${hostId}:${bootId.slice(0, 8)}`,
@@ -152,7 +156,7 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
     devices: [...devices.values()].map((d) => ({
       ...d,
       tags: capabilities.length ? [...new Set([...d.tags, ...capabilities])] : d.tags,
-      state: d.state === 'offline' ? 'offline' : busy.has(d.deviceId) ? 'busy' : d.state,
+      state: d.state === 'offline' ? 'offline' : claims.has(d.deviceId) ? 'busy' : d.state,
     })),
   });
 
@@ -277,3 +281,6 @@ export async function reconcileJournal(
   }
   return reported;
 }
+
+/** Default HostOptions.takeoverWaitMs. */
+export const DEFAULT_TAKEOVER_WAIT_MS = 15_000;

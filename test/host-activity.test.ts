@@ -4,6 +4,7 @@ import type { Client } from '@temporalio/client';
 import { CancelledFailure } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { createHostActivities, type HostActivityDeps } from '../host-worker/activities';
+import { DeviceClaims } from '../host-worker/claims';
 import { generateHostCredential, publicKeys } from '../host-worker/identity';
 import { SignDomain, verifySignature } from '../workflows/identity';
 import { createSimRunners, simDevices } from '../host-worker/sim';
@@ -18,7 +19,6 @@ function fakeClient(reports: AttemptReport[]): Client {
 }
 
 function deps(over: Partial<HostActivityDeps> = {}, reports: AttemptReport[] = []): HostActivityDeps {
-  const busy = new Set<string>();
   const devices = new Map(
     simDevices([{ deviceId: 'd1' }, { deviceId: 'sick', health: 'unhealthy' }]).map((d) => [d.deviceId, d]),
   );
@@ -28,8 +28,8 @@ function deps(over: Partial<HostActivityDeps> = {}, reports: AttemptReport[] = [
     runners: createSimRunners({ defaultDurationMs: 20 }),
     devices: () => devices,
     progressIntervalMs: 10,
-    claimDevice: (id) => (busy.has(id) ? false : (busy.add(id), true)),
-    releaseDevice: (id) => void busy.delete(id),
+    claims: new DeviceClaims(),
+    takeoverWaitMs: 1_000,
     ...over,
   };
 }
@@ -132,18 +132,64 @@ describe('host activity (unit)', () => {
     }
   });
 
-  it('never starts a second run on a device whose earlier runner has not stopped', async () => {
-    const d = deps({ runners: createSimRunners({ defaultDurationMs: 300 }) });
-    const { runAssignment } = createHostActivities(d);
-    const first = env().run(runAssignment, assignment());
+  it('a newer assignment for a device still held stops the runner there first, and never runs beside it', async () => {
+    const order: string[] = [];
+    const sim = createSimRunners({ defaultDurationMs: 5_000 });
+    const runners = createSimRunners({});
+    runners.goal = {
+      async runGoal(goal, ctx) {
+        order.push(`start ${ctx.taskId}`);
+        try {
+          return await sim.goal.runGoal(goal, ctx);
+        } finally {
+          order.push(`end ${ctx.taskId}`);
+        }
+      },
+    };
+    const { runAssignment } = createHostActivities(deps({ runners }));
+    const first = env()
+      .run(runAssignment, assignment())
+      .catch((err: Error) => err);
+    await new Promise((r) => setTimeout(r, 50));
+    const second = assignment({
+      taskId: 't2',
+      leaseId: 'lease-2',
+      work: { kind: 'goal', goal: 'go [sim duration=50]' },
+    });
+    const t0 = Date.now();
+    const out = verified(await env().run(runAssignment, second), second);
+    assert.equal(out.status, 'done');
+    // The earlier runner was stopped (its attempt had ended on the server) before the second began.
+    assert.match(String(await first), /lease superseded/);
+    assert.deepEqual(order, ['start t1', 'end t1', 'start t2', 'end t2']);
+    assert.ok(Date.now() - t0 < 2_000, 'it did not wait out the first run');
+  });
+
+  it('an earlier runner that does not stop within takeoverWaitMs keeps the device: the newer one is refused', async () => {
+    const order: string[] = [];
+    const runners = createSimRunners({});
+    runners.goal = {
+      async runGoal(goal, ctx) {
+        ctx.started();
+        order.push(`start ${ctx.taskId}`);
+        await new Promise((r) => setTimeout(r, goal === 'stubborn' ? 600 : 10)); // ignores ctx.signal
+        order.push(`end ${ctx.taskId}`);
+        return { status: 'done' };
+      },
+    };
+    const { runAssignment } = createHostActivities(deps({ runners, takeoverWaitMs: 200 }));
+    const first = env()
+      .run(runAssignment, assignment({ work: { kind: 'goal', goal: 'stubborn' } }))
+      .catch((err: Error) => err);
     await new Promise((r) => setTimeout(r, 50));
     const second = assignment({ taskId: 't2', leaseId: 'lease-2' });
     const refused = verified(await env().run(runAssignment, second), second);
-    assert.deepEqual([refused.status, refused.dispatchFailure], ['failed', true]);
+    assert.deepEqual([refused.status, refused.dispatchFailure, refused.reason], ['failed', true, 'device_unavailable']);
     assert.match(refused.message ?? '', /still busy/);
-    assert.equal(verified(await first).status, 'done');
+    assert.match(String(await first), /lease superseded/); // asked to stop: its result is not offered
     const third = assignment({ taskId: 't3', leaseId: 'lease-3' });
     assert.equal(verified(await env().run(runAssignment, third), third).status, 'done');
+    assert.deepEqual(order, ['start t1', 'end t1', 'start t3', 'end t3'], 'never two runs at once');
   });
 
   it('an unknown workflow definition is a signed terminal failure', async () => {

@@ -351,6 +351,42 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
     await assertNoOverlappingReservations(f.client, [{ hostId: f.hostId('h1'), deviceId: 'd1' }]);
   });
 
+  it('A runner still on its device after its attempt ended on the server (execution timeout) is stopped by the next assignment, which runs there: not charged', async () => {
+    f = await startFleet('takeover');
+    const { runners, calls } = recordingRunners({
+      override: async (ctx) => {
+        ctx.started();
+        if (!ctx.taskId.startsWith('slow')) return { status: 'done', output: 'ok' };
+        // Slow to stop once asked, as a command between SIGTERM and SIGKILL; the host only hears
+        // of the server's timeout with its next heartbeat, so the pool frees the device first.
+        await new Promise<void>((r) => ctx.signal.addEventListener('abort', () => r(), { once: true }));
+        await sleep(2_000);
+        return { status: 'failed', retryable: true, reason: 'aborted', message: 'stopped' };
+      },
+    });
+    await f.addHost('h1', [{ deviceId: 'd1' }], { runners });
+    await deviceKnown();
+    const slow = await f.fleet.submit({
+      taskId: uid('slow'),
+      goal: 'slow',
+      policy: { executionTimeoutMs: 2_000, leaseTimeoutMs: 20_000, maxAttempts: 1 },
+    });
+    await f.waitForStatus(slow.taskId, 'running');
+    const next = await f.fleet.submit({ taskId: uid('next'), goal: 'quick' });
+    const s = await f.fleet.wait(slow.taskId, { timeoutMs: 60_000 });
+    assert.equal(s.status, 'failed');
+    const n = await f.fleet.wait(next.taskId, { timeoutMs: 60_000 });
+    assert.equal(n.status, 'done', JSON.stringify(n.attempts.map((a) => [a.outcome, a.reason])));
+    assert.deepEqual(
+      n.attempts.map((a) => [a.deviceId, a.outcome]),
+      [['d1', 'done']],
+      'one attempt, no dispatch failure',
+    );
+    const slowCall = calls.find((c) => c.taskId === slow.taskId)!;
+    assert.ok(slowCall.aborted, 'the stale runner was asked to stop');
+    await assertNoOverlappingReservations(f.client, [{ hostId: f.hostId('h1'), deviceId: 'd1' }]);
+  });
+
   it('Lease expires with attempts remaining (host stops heartbeating): requeued, reservation released, expired attempt kept', async () => {
     f = await startFleet('lease-retry');
     const p = await processHost('h1', 'd1');
