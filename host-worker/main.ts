@@ -8,7 +8,7 @@ import { connectClient, connectWorker, temporalSettingsFromEnv } from '../contro
 import { createLog, SdkJsonLogger } from '../control-plane/log';
 import { loadHostConfig } from './config';
 import { createDriver, createRunners } from './factory';
-import { startHost } from './host';
+import { DEFAULT_TAKEOVER_WAIT_MS, startHost } from './host';
 import { loadHostCredential } from './identity';
 import { Journal } from './journal';
 
@@ -60,6 +60,11 @@ async function main(): Promise<void> {
     discoveryIntervalMs: config.discoveryIntervalMs,
     progressIntervalMs: config.progressIntervalMs,
     reportDelayMs: config.reportDelayMs,
+    // Room for a command runner's SIGTERM -> SIGKILL grace when a stale run must make way.
+    takeoverWaitMs:
+      config.runner?.type === 'command'
+        ? Math.max(DEFAULT_TAKEOVER_WAIT_MS, config.runner.killGraceMs + 5_000)
+        : DEFAULT_TAKEOVER_WAIT_MS,
     log,
   });
   log('host started', {
