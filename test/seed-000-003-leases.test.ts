@@ -10,6 +10,7 @@ import { ErrorType } from '../workflows/errors';
 import { deviceWorkflowId, hostWorkflowId, schedulerWorkflowId, taskWorkflowId } from '../workflows/ids';
 import {
   deviceReleasedSignal,
+  dequeueTaskSignal,
   deviceStateQuery,
   enqueueTaskSignal,
   hostDevicesSignal,
@@ -271,6 +272,60 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
     }, 'the pool reserved d1 again');
     assert.equal(again.taskId, taskId);
     assert.notEqual(again.leaseId, older.leaseId);
+    await sched.terminate('test over');
+  });
+
+  it('A task cancelled while its reservation is on the way is not put back in the queue when the device refuses', async () => {
+    f = await startFleet('refusal-cancelled');
+    const pool = uid('pool');
+    const hostId = uid('hx');
+    const unpolled = uid('unpolled');
+    await f.client.workflow.start('inert', { workflowId: deviceWorkflowId(hostId, 'd1'), taskQueue: unpolled });
+    const sched = await f.client.workflow.start(schedulerWorkflow, {
+      workflowId: schedulerWorkflowId(pool),
+      taskQueue: f.config.controlTaskQueue,
+      args: [{ pool, config: { strategy: 'fifo_match', maxQueueDepth: 10, agingMs: 60_000 } }],
+    });
+    const state = () => sched.query(schedulerStateQuery);
+    await sched.signal(hostDevicesSignal, {
+      hostId,
+      online: true,
+      drained: false,
+      drainedDevices: [],
+      devices: [{ deviceId: 'd1', driverType: 'sim', tags: [], state: 'idle', health: 'good' }],
+      version: 1,
+      keys: { signing: '00'.repeat(32), box: '00'.repeat(32) },
+    });
+    // A retry (attempt 2: the pool sends it no admission answer) is reserved d1 ...
+    const taskId = uid('t');
+    await sched.signal(enqueueTaskSignal, {
+      taskId,
+      constraints: { tags: [] },
+      priority: 0,
+      submittedAt: Date.now(),
+      attempt: 2,
+      holdMs: 60_000,
+      first: false,
+    });
+    const lease = await eventually(async () => (await state()).devices[0]?.reservedBy?.leaseId, 'the pool reserved d1');
+    // ... then cancelled (the task leaves the queue), and the device refuses: held by another task.
+    await sched.signal(dequeueTaskSignal, { taskId });
+    const other = { taskId: uid('other'), leaseId: uid('lease-other'), expiresAt: Date.now() + 60_000 };
+    await sched.signal(reservationRefusedSignal, {
+      hostId,
+      deviceId: 'd1',
+      request: { taskId, attempt: 2, leaseId: lease, pool, holdMs: 60_000, hostKeys: { signing: '', box: '' } },
+      heldBy: other,
+    });
+    const after = await eventually(async () => {
+      const s = await state();
+      return s.devices[0]?.reservedBy?.taskId === other.taskId ? s : undefined;
+    }, 'the refusal was taken in');
+    assert.deepEqual(
+      after.queue.map((q) => q.taskId),
+      [],
+      'the cancelled task is not queued again',
+    );
     await sched.terminate('test over');
   });
 

@@ -198,6 +198,12 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
    * change believed every refusal and replay so.
    */
   const endedAware = patched('scheduler-ended-leases');
+  /**
+   * A task cancelled while its reservation is on the way to the device is forgotten by that
+   * reservation too: a refusal or a failed reserve does not put it back in the queue (where it held
+   * a place until a device matched it). Runs recorded before this change put it back, and replay so.
+   */
+  const forgetsCancelled = patched('scheduler-dequeue-in-flight-v1');
   const ended = new Map<string, string>(c?.ended ?? []);
   const noteEnded = (k: string, leaseId: string): void => {
     if (endedAware) ended.set(k, leaseId);
@@ -321,6 +327,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   setHandler(dequeueTaskSignal, ({ taskId }) => {
     const i = queueIndex(taskId);
     if (i >= 0) queue.splice(i, 1);
+    else if (forgetsCancelled) for (const h of held.values()) if (h.taskId === taskId) delete h.task;
   });
 
   setHandler(hostDevicesSignal, (u) => {
@@ -499,11 +506,15 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
         (err) => {
           // No device workflow to hold the reservation: treat the device as offline until its host reports again.
           log.warn('reserve failed; device set offline until the next host update', { device: k, error: String(err) });
-          if (held.get(k)?.leaseId === leaseId) held.delete(k);
+          const h = held.get(k);
+          const cancelled = forgetsCancelled && h?.leaseId === leaseId && !h.task;
+          if (h?.leaseId === leaseId) held.delete(k);
           const d = devices.get(k);
           if (d) d.state = 'offline';
-          if (queueIndex(task.taskId) < 0) insert(task);
-          if (task.attempt === 1) reply(task.taskId, { accepted: true });
+          if (!cancelled) {
+            if (queueIndex(task.taskId) < 0) insert(task);
+            if (task.attempt === 1) reply(task.taskId, { accepted: true });
+          }
           dirty = true;
         },
       );
