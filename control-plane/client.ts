@@ -215,11 +215,18 @@ export class FleetClient {
       if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
     }
     // The id belongs to a task that already ended: return what it recorded. Only a task that was never
-    // admitted (rejected) may be submitted again under the same id.
-    const recorded = await this.get(input.taskId);
-    if (recorded.status !== 'rejected') return recorded;
+    // admitted (rejected) may be submitted again under the same id. Temporal has no "start only if
+    // the latest run is this one", so two callers re-submitting a rejected id at once both see it
+    // rejected; the first one's run wins, and the second attaches to it while it runs. What is left
+    // is a window between the look and the start (the latest run's state, read from the server
+    // without a worker, a round trip before the start): if the first caller's run started and
+    // *ended* inside it, a run ended `done` still refuses the start (failed-only reuse: rejected runs
+    // close as failed, done ones as completed); one ended failed or cancelled would not.
+    const latest = await this.client.workflow.getHandle(taskWorkflowId(input.taskId)).describe();
+    const rejected = latest.status.name !== 'RUNNING' && latest.typedSearchAttributes.get(FleetStatus) === 'rejected';
+    if (!rejected) return this.get(input.taskId);
     try {
-      return await this.startAndAwaitAdmission(input, 'ALLOW_DUPLICATE');
+      return await this.startAndAwaitAdmission(input, 'ALLOW_DUPLICATE_FAILED_ONLY');
     } catch (err) {
       if (err instanceof WorkflowExecutionAlreadyStartedError) return this.get(input.taskId);
       throw err;

@@ -3,6 +3,8 @@
  * durable cancel intent, monotonic progress.
  */
 import assert from 'node:assert/strict';
+import type { Client, WorkflowExecutionDescription } from '@temporalio/client';
+import { FleetClient } from '../control-plane/client';
 import { deviceWorkflowId, taskWorkflowId } from '../workflows/ids';
 import { deviceStateQuery, reportAttemptUpdate } from '../workflows/messages';
 import { eventually, signReport, startFleet, uid, type Fleet } from './helpers/fleet';
@@ -10,6 +12,24 @@ import { assertNoOverlappingReservations } from './helpers/invariants';
 import { recordingRunners } from './helpers/runners';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A client whose describe of `workflowId` answers what it answered earlier: a caller that looked, then stalled. */
+function lookedEarlier(client: Client, workflowId: string, look: WorkflowExecutionDescription): Client {
+  const bound = <T extends object>(t: T, p: string | symbol) => {
+    const v = Reflect.get(t, p, t);
+    return typeof v === 'function' ? v.bind(t) : v;
+  };
+  const workflow = new Proxy(client.workflow, {
+    get: (t, p) =>
+      p === 'getHandle'
+        ? (id: string, ...rest: []) => {
+            const h = t.getHandle(id, ...rest);
+            return id === workflowId ? Object.assign(Object.create(h), { describe: async () => look }) : h;
+          }
+        : bound(t, p),
+  });
+  return new Proxy(client, { get: (t, p) => (p === 'workflow' ? workflow : bound(t, p)) });
+}
 
 describe('seed 004: idempotency, backoff, cancel, progress', () => {
   let f: Fleet | undefined;
@@ -50,6 +70,34 @@ describe('seed 004: idempotency, backoff, cancel, progress', () => {
     assert.equal(calls.filter((c) => c.taskId === twice).length, 1, 'the resubmission ran nothing');
     assert.equal(await eventually(async () => ((await runsOf(twice)) === 1 ? 1 : undefined), 'visibility'), 1);
     assert.equal(await runsOf(many), 1);
+  });
+
+  it('A rejected id submitted again runs once; a caller that saw it rejected and starts after that run ended done attaches to its result', async () => {
+    f = await startFleet('resubmit', { maxQueueDepth: 1 });
+    const filler = await f.fleet.submit({ goal: 'filler' }); // no device yet: stays queued, the queue is full
+    const taskId = uid('dup');
+    await assert.rejects(f.fleet.submit({ taskId, goal: 'once [sim duration=50]' }), /queue is full/);
+    assert.equal((await f.fleet.get(taskId)).status, 'rejected');
+    const rejectedLook = await f.client.workflow.getHandle(taskWorkflowId(taskId)).describe();
+    await f.fleet.cancel(filler.taskId);
+    await f.waitForStatus(filler.taskId, 'cancelled');
+    const { runners, calls } = recordingRunners();
+    await f.addHost('h1', [{ deviceId: 'd1' }], { runners });
+    const a = await f.fleet.submit({ taskId, goal: 'once [sim duration=50]' });
+    assert.equal(a.taskId, taskId);
+    assert.equal((await f.fleet.wait(taskId, { timeoutMs: 30_000 })).status, 'done');
+    // Caller B looked while the id was still rejected and starts only now (a stall between its look
+    // and its start): the server refuses the start, and B gets the recorded result.
+    const viewB = await new FleetClient(lookedEarlier(f.client, taskWorkflowId(taskId), rejectedLook), f.config).submit(
+      {
+        taskId,
+        goal: 'once [sim duration=50]',
+      },
+    );
+    assert.equal(viewB.status, 'done');
+    await sleep(300);
+    assert.equal(calls.filter((c) => c.taskId === taskId).length, 1, 'it ran once');
+    assert.equal(await eventually(async () => ((await runsOf(taskId)) === 2 ? 2 : undefined), 'visibility'), 2);
   });
 
   it('Exponential backoff between attempts, per task, with config defaults', async () => {
