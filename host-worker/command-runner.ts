@@ -11,8 +11,8 @@
  * the host agent itself is SIGKILLed, which is what the journal's pid is for: see
  * `terminateProcessGroup`.)
  *
- * Environment: the host agent's own environment without `TEMPORAL_*` (the host's connection
- * credentials), then `env` from the options, then FLEET_TASK_ID, FLEET_ATTEMPT, FLEET_DEVICE_ID,
+ * Environment: the host agent's own environment without `TEMPORAL_*`, `FLEET_*` and secret-looking
+ * names (`childProcessEnv`; `passEnv` names pass anyway), then `env` from the options, then FLEET_TASK_ID, FLEET_ATTEMPT, FLEET_DEVICE_ID,
  * FLEET_DRIVER_TYPE (and FLEET_STEP_NAME for steps), then the goal variable.
  *
  * Output: stdout and stderr are split into lines (at \n or \r; blank lines skipped) and each line is
@@ -56,6 +56,8 @@ export interface CommandOptions {
   killGraceMs: number;
   cwd?: string;
   env?: Record<string, string>;
+  /** Variables of the host agent's environment passed on although they look like secrets. */
+  passEnv?: readonly string[];
   maxLineLength?: number;
   maxProgressLinesPerSecond?: number;
   /** Called once the process is running (e.g. to journal its pid, which is also its process group id). */
@@ -102,11 +104,14 @@ export function createCommandGoalRunner(opts: CommandGoalRunnerOptions): GoalRun
   return {
     async runGoal(goal, ctx) {
       const argv = opts.goalAs === 'argument' ? [...command, goal] : command;
-      const env = childProcessEnv({
-        ...opts.env,
-        ...fleetEnv(ctx),
-        ...(opts.goalAs === 'env' ? { [envName]: goal } : {}),
-      });
+      const env = childProcessEnv(
+        {
+          ...opts.env,
+          ...fleetEnv(ctx),
+          ...(opts.goalAs === 'env' ? { [envName]: goal } : {}),
+        },
+        opts.passEnv,
+      );
       const r = await runProcess(argv, {
         ...opts,
         env,
@@ -134,7 +139,7 @@ export function createCommandStepExecutor(opts: CommandStepExecutorOptions): Ste
         message: `step "${step.name}" has no command`,
       };
     }
-    const env = childProcessEnv({ ...opts.env, ...fleetEnv(ctx), FLEET_STEP_NAME: step.name });
+    const env = childProcessEnv({ ...opts.env, ...fleetEnv(ctx), FLEET_STEP_NAME: step.name }, opts.passEnv);
     const r = await runProcess(step.command, {
       ...opts,
       env,

@@ -107,6 +107,12 @@ export const CommandRunnerConfigSchema = z
     killGraceMs: z.number().int().nonnegative().default(5_000),
     cwd: z.string().min(1).optional(),
     env: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/), z.string()).default({}),
+    /**
+     * Names of the host agent's environment that commands get although they are withheld by default
+     * (`TEMPORAL_*`, `FLEET_*`, and names that look like secrets such as `*_TOKEN`): a command's
+     * output ends up in the task's result, in history and over REST.
+     */
+    passEnv: z.array(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/)).default([]),
     maxProgressLinesPerSecond: z.number().int().positive().default(20),
     /** Workflow-definition steps without their own timeoutMs. */
     defaultStepTimeoutMs: z.number().int().positive().optional(),

@@ -62,6 +62,7 @@ export function createRunners(
     killGraceMs: cfg.killGraceMs,
     cwd: cfg.cwd,
     env: cfg.env,
+    passEnv: cfg.passEnv,
     maxProgressLinesPerSecond: cfg.maxProgressLinesPerSecond,
     onSpawn: hooks.onSpawn,
   };

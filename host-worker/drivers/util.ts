@@ -103,15 +103,28 @@ export async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (it
   return out;
 }
 
+/** Names a command gets only when the host configuration passes them on by name (`runner.passEnv`). */
+const SECRET_LIKE =
+  /(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|APIKEY|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS?)(_|$)/i;
+
+/** Whether the host agent keeps a variable of its own environment from the commands it starts. */
+export function withheldFromCommands(name: string): boolean {
+  const upper = name.toUpperCase();
+  return upper.startsWith('TEMPORAL_') || upper.startsWith('FLEET_') || SECRET_LIKE.test(name);
+}
+
 /**
- * The environment of every command the host agent starts: its own environment without the
- * Temporal connection settings (`TEMPORAL_*`: API key, TLS key paths), which a device command has
- * no business reading, plus `extra`.
+ * The environment of every command the host agent starts: its own environment without what a
+ * device command has no business reading, because a command's output goes into the task's result
+ * (history, REST): the Temporal connection settings (`TEMPORAL_*`: API key, TLS key paths), the
+ * fleet's own (`FLEET_*`: the CLI's API token, the host's config path) and any name that looks like
+ * a secret (`*_TOKEN`, `*_SECRET*`, `*PASSWORD*`, `*_API_KEY`, `*_CREDENTIALS`, ...), except the
+ * names in `pass`; then `extra` (the runner's configured `env` and the task's own variables).
  */
-export function childProcessEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+export function childProcessEnv(extra: Record<string, string> = {}, pass: readonly string[] = []): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {};
   for (const [k, v] of Object.entries(process.env)) {
-    if (v !== undefined && !k.toUpperCase().startsWith('TEMPORAL_')) env[k] = v;
+    if (v !== undefined && (pass.includes(k) || !withheldFromCommands(k))) env[k] = v;
   }
   return { ...env, ...extra };
 }

@@ -48,18 +48,35 @@ describe('host command runners', () => {
       assert.equal(ctx.startedCalls, 1);
     });
 
-    it('passes the goal in an environment variable (and not as an argument) with the fleet variables', async () => {
+    it("passes the goal in an environment variable (and not as an argument) with the fleet variables, and none of the host agent's secrets", async () => {
       const ctx = recordingContext({ deviceId: 'pixel-7', driverType: 'android' });
       const src = `console.log(JSON.stringify({ argv: process.argv.slice(1), goal: process.env.MY_GOAL,
         task: process.env.FLEET_TASK_ID, attempt: process.env.FLEET_ATTEMPT, device: process.env.FLEET_DEVICE_ID,
-        type: process.env.FLEET_DRIVER_TYPE, extra: process.env.EXTRA, key: process.env.TEMPORAL_API_KEY ?? null }))`;
+        type: process.env.FLEET_DRIVER_TYPE, extra: process.env.EXTRA, key: process.env.TEMPORAL_API_KEY ?? null,
+        token: process.env.FLEET_TOKEN ?? null, gh: process.env.GITHUB_TOKEN ?? null,
+        aws: process.env.AWS_SECRET_ACCESS_KEY ?? null, passed: process.env.LAB_PASSWORD ?? null,
+        plain: process.env.LAB_SITE ?? null }))`;
       const goal = 'say "hi"; $(reboot) \n second line';
-      process.env.TEMPORAL_API_KEY = 'secret-key';
+      // The host agent's own secrets: its command output is the task's result (history, REST).
+      const hostEnv = {
+        TEMPORAL_API_KEY: 'secret-key',
+        FLEET_TOKEN: 'fleet_admin',
+        GITHUB_TOKEN: 'ghp_x',
+        AWS_SECRET_ACCESS_KEY: 'aws-x',
+        LAB_PASSWORD: 'wanted',
+        LAB_SITE: 'berlin',
+      };
+      Object.assign(process.env, hostEnv);
       let r;
       try {
-        r = await goalRunner(src, { goalAs: 'env', envName: 'MY_GOAL', env: { EXTRA: 'x' } }).runGoal(goal, ctx);
+        r = await goalRunner(src, {
+          goalAs: 'env',
+          envName: 'MY_GOAL',
+          env: { EXTRA: 'x' },
+          passEnv: ['LAB_PASSWORD'],
+        }).runGoal(goal, ctx);
       } finally {
-        delete process.env.TEMPORAL_API_KEY;
+        for (const k of Object.keys(hostEnv)) delete process.env[k];
       }
       assert.equal(r.status, 'done');
       assert.deepEqual(JSON.parse(r.output!), {
@@ -71,6 +88,11 @@ describe('host command runners', () => {
         type: 'android',
         extra: 'x',
         key: null,
+        token: null,
+        gh: null,
+        aws: null,
+        passed: 'wanted',
+        plain: 'berlin',
       });
     });
 

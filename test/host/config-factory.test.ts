@@ -126,6 +126,7 @@ describe('host driver and runner configuration', () => {
         exitCodes: { done: [0], retryable: [] },
         killGraceMs: 5_000,
         env: {},
+        passEnv: [],
         maxProgressLinesPerSecond: 20,
         allowInlineSteps: false,
       });
