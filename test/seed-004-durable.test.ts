@@ -175,7 +175,11 @@ describe('seed 004: idempotency, backoff, cancel, progress', () => {
       await f.waitForStatus(taskId, 'running');
       host.kill('SIGKILL');
       await f.fleet.cancel(taskId);
+      // The cancel shows at once, while the run waits for its lease to run out.
+      const pending = await f.waitFor(taskId, (v) => v.cancelRequested, 'cancel requested shown');
+      assert.equal(pending.status, 'running');
       const t = await f.waitForStatus(taskId, 'cancelled', 30_000);
+      assert.equal(t.cancelRequested, true);
       assert.equal(t.attempts.length, 1, 'the lost lease did not start a retry');
       assert.equal(t.attempts[0].outcome, 'cancelled');
       const d = await eventually(async () => {

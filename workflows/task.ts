@@ -152,7 +152,12 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
   /** Assignments that arrived when nobody wanted them: released before the workflow ends. */
   const stray: Assignment[] = [];
 
-  setHandler(taskStateQuery, () => state);
+  // A cancel shows from the moment it was requested, not only once the run let go (a query sends no command).
+  setHandler(taskStateQuery, () =>
+    !state.cancelRequested && CancellationScope.current().consideredCancelled
+      ? { ...state, cancelRequested: true }
+      : state,
+  );
   setHandler(admissionSignal, (a) => {
     admission ??= a;
     state.admitted = admission.accepted;

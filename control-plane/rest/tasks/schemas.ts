@@ -56,7 +56,7 @@ export const ListTasksQuerySchema = z.strictObject({
   status: z
     .enum(INDEXED_STATUSES, {
       error: () =>
-        `status must be one of ${INDEXED_STATUSES.join(', ')} (assigned and dispatched last about one workflow task and are not indexed: a task in them lists as queued; GET /v1/tasks/{id} has its exact status)`,
+        `status must be one of ${INDEXED_STATUSES.join(', ')} (assigned and dispatched are not indexed: a task in them lists as queued; GET /v1/tasks/{id} has its exact status)`,
     })
     .optional(),
   owner: z.string().min(1).max(200).optional(),

@@ -7,7 +7,7 @@ import type { SchedulerView } from '../../../workflows/messages';
 import { definitionTag, INLINE_STEPS_TAG } from '../../../workflows/ids';
 import { TaskEndedError, TaskNotFoundError, type SubmitRequest } from '../../client';
 import type { ControlPlaneConfig } from '../../config';
-import type { TaskInput, TaskPolicy, TaskView } from '../../../workflows/types';
+import { TERMINAL_STATUSES, type TaskInput, type TaskPolicy, type TaskView } from '../../../workflows/types';
 import { assertMayAccessTask, type Principal } from '../auth';
 import type { RestDeps } from '../context';
 import { HttpProblem, invalid } from '../problem';
@@ -195,5 +195,7 @@ export async function cancelTask(deps: RestDeps, p: Principal, taskId: string): 
       throw new HttpProblem('taskEnded', `task ${taskId} already ended with status ${err.status}: nothing to cancel`);
     throw err;
   }
-  return deps.fleet.get(taskId);
+  // The request is recorded on the server; the task may not have taken it in yet.
+  const view = await deps.fleet.get(taskId);
+  return TERMINAL_STATUSES.includes(view.status) ? view : { ...view, cancelRequested: true };
 }
