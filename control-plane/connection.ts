@@ -40,10 +40,22 @@ export function temporalSettingsFromEnv(env: NodeJS.ProcessEnv = process.env): T
 }
 
 export async function connectClient(s: TemporalSettings): Promise<Client> {
-  const connection = await Connection.connect({ address: s.address, tls: s.tls, apiKey: s.apiKey });
+  const connection = await named(s, Connection.connect({ address: s.address, tls: s.tls, apiKey: s.apiKey }));
   return new Client({ connection, namespace: s.namespace });
 }
 
 export async function connectWorker(s: TemporalSettings): Promise<NativeConnection> {
-  return NativeConnection.connect({ address: s.address, tls: s.tls, apiKey: s.apiKey });
+  return named(s, NativeConnection.connect({ address: s.address, tls: s.tls, apiKey: s.apiKey }));
+}
+
+/** A connection failure names the address it tried and where that came from. */
+async function named<T>(s: TemporalSettings, p: Promise<T>): Promise<T> {
+  try {
+    return await p;
+  } catch (err) {
+    throw new Error(
+      `cannot connect to Temporal at ${s.address} (TEMPORAL_ADDRESS): ${(err as Error)?.message ?? String(err)}`,
+      { cause: err },
+    );
+  }
 }

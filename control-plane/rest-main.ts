@@ -18,7 +18,7 @@ import { loadControlPlaneConfig } from './config';
 import { connectClient, temporalSettingsFromEnv } from './connection';
 import { createLog } from './log';
 import { createApp } from './rest/app';
-import { loadApiTokens } from './rest/auth';
+import { loadApiTokens, watchedApiTokens } from './rest/auth';
 import { JsonFileDefinitionsStore } from './rest/definitions/store';
 
 const SHUTDOWN_GRACE_MS = 10_000;
@@ -32,7 +32,12 @@ function parsePort(raw: string | undefined): number {
 
 async function main(): Promise<void> {
   const config = loadControlPlaneConfig();
-  const tokens = loadApiTokens(process.env.FLEET_API_TOKENS);
+  const tokensPath = process.env.FLEET_API_TOKENS;
+  loadApiTokens(tokensPath); // refuses to start without a valid file
+  // Edits to the file take effect within a second, without a restart.
+  const tokens = watchedApiTokens(tokensPath!, (err) =>
+    log.error('API tokens file changed but cannot be used; keeping the tokens it had', { error: err.message }),
+  );
   const port = parsePort(process.env.PORT);
   const definitions = new JsonFileDefinitionsStore(process.env.FLEET_DEFINITIONS ?? '.data/workflow-definitions.json');
   collectDefaultMetrics({ prefix: 'fleet_rest_' });

@@ -200,7 +200,7 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
       const due = Date.now() - lastSentAt >= snapshotIntervalMs - discoveryIntervalMs / 2;
       if (due || JSON.stringify(assignmentDevices(snapshot().devices)) !== lastSentKey) await sendSnapshot();
     })()
-      .catch((err) => opts.log?.('snapshot failed; will retry', { error: String(err) }))
+      .catch((err) => opts.log?.('snapshot failed; will retry', { error: describeError(err) }))
       .finally(() => (inFlight = false));
   }, discoveryIntervalMs);
 
@@ -284,3 +284,13 @@ export async function reconcileJournal(
 
 /** Default HostOptions.takeoverWaitMs. */
 export const DEFAULT_TAKEOVER_WAIT_MS = 15_000;
+
+/** An error with its causes ("Workflow Update failed" alone does not say the host was refused, or why). */
+export function describeError(err: unknown): string {
+  const parts: string[] = [];
+  for (let e: unknown = err, depth = 0; e !== undefined && e !== null && depth < 5; depth++) {
+    parts.push(e instanceof Error ? `${e.name}: ${e.message}` : String(e));
+    e = (e as { cause?: unknown }).cause;
+  }
+  return parts.join(' <- ');
+}

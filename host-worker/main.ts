@@ -2,6 +2,7 @@
  * `npm run host -- --config host.json`: runs one host agent. It needs only the Temporal address
  * (standard TEMPORAL_* environment variables) and its credential, and opens no listening socket.
  */
+import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Runtime } from '@temporalio/worker';
 import { connectClient, connectWorker, temporalSettingsFromEnv } from '../control-plane/connection';
@@ -16,7 +17,8 @@ async function main(): Promise<void> {
   const { values } = parseArgs({ options: { config: { type: 'string', short: 'c' } } });
   const path = values.config ?? process.env.FLEET_HOST_CONFIG;
   if (!path) throw new Error('usage: npm run host -- --config <host.json>   (or FLEET_HOST_CONFIG=<file>)');
-  const config = loadHostConfig(path);
+  // npm runs scripts in the package's folder; INIT_CWD is where the operator typed the command.
+  const config = loadHostConfig(resolve(process.env.INIT_CWD ?? process.cwd(), path));
   const credential = loadHostCredential(config.credentialPath);
   if (credential.hostId !== config.hostId) {
     throw new Error(`credential ${config.credentialFile} is for host ${credential.hostId}, not ${config.hostId}`);

@@ -10,7 +10,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { Connection } from '@temporalio/client';
 import { sha256Hex, type ApiToken } from '../control-plane/rest/auth';
@@ -208,7 +208,13 @@ async function main(): Promise<void> {
   fleet.push(
     run(
       'host lab-1',
-      ...tsx('host-worker/main.ts', '--config', process.env.FLEET_HOST_CONFIG ?? 'examples/host.json'),
+      ...tsx(
+        'host-worker/main.ts',
+        '--config',
+        process.env.FLEET_HOST_CONFIG
+          ? resolve(process.env.INIT_CWD ?? process.cwd(), process.env.FLEET_HOST_CONFIG)
+          : join(root, 'examples', 'host.json'),
+      ),
       {
         env,
       },
@@ -231,6 +237,9 @@ async function main(): Promise<void> {
       `  curl -s -X POST ${rest}/v1/tasks -H "Authorization: Bearer ${token}" \\`,
       `    -H 'Content-Type: application/json' -d '{"goal":"open settings","constraints":{"driverType":"android"}}'`,
       '  npm run submit -- --goal "open settings" --driver-type android --wait',
+      '',
+      'For the CLI (npx fleet ...) and npm run submit in another shell:',
+      `  export TEMPORAL_ADDRESS=${address} FLEET_URL=${rest} FLEET_TOKEN=${token}`,
       'Ctrl-C stops everything.',
       '',
     ].join('\n'),

@@ -114,7 +114,9 @@ export function validateSnapshot(view: HostView, hostId: string, signed: SignedS
   if (!view.keys) throw new Error(`host ${hostId} is not enrolled: no public key to verify its snapshot`);
   if (!s || s.hostId !== hostId) throw new Error(`snapshot for host ${s?.hostId} sent to host ${hostId}`);
   if (!verifySignature(SignDomain.Snapshot, s, signed.sig, view.keys.signing)) {
-    throw new Error(`snapshot signature does not verify with host ${hostId}'s enrolled key`);
+    throw new Error(
+      `snapshot signature does not verify with host ${hostId}'s enrolled key (keys rotated? restart this host with its new credential file)`,
+    );
   }
   if (Math.abs(s.sentAt - Date.now()) > MAX_SNAPSHOT_SKEW_MS) throw new Error('snapshot timestamp too far from now');
   if (s.bootId === view.bootId ? s.seq <= view.seq : view.lastSentAt !== undefined && s.sentAt <= view.lastSentAt) {

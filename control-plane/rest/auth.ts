@@ -4,7 +4,7 @@
  * reads and cancels its own tasks, reads the fleet), viewer (reads everything, changes nothing).
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { readFileSync, statSync } from 'node:fs';
 import type { RequestHandler, Response } from 'express';
 import { z } from 'zod';
 import { HttpProblem } from './problem';
@@ -68,9 +68,51 @@ export interface Principal {
 
 const PRINCIPAL = Symbol('principal');
 
-export function authenticate(tokens: readonly ApiToken[]): RequestHandler {
-  const entries = tokens.map((t) => ({ digest: Buffer.from(t.tokenSha256, 'hex'), name: t.name, role: t.role }));
+/**
+ * The tokens file, read again when it changed (checked at most once a second): a token added or
+ * removed takes effect without a restart. A file that no longer parses keeps the tokens it had,
+ * and `onError` says why.
+ */
+export function watchedApiTokens(path: string, onError: (err: Error) => void): () => readonly ApiToken[] {
+  let tokens = loadApiTokens(path);
+  let stamp = fileStamp(path);
+  let checkedAt = Date.now();
+  return () => {
+    if (Date.now() - checkedAt < 1_000) return tokens;
+    checkedAt = Date.now();
+    const now = fileStamp(path);
+    if (now === stamp) return tokens;
+    stamp = now;
+    try {
+      tokens = loadApiTokens(path);
+    } catch (err) {
+      onError(err as Error);
+    }
+    return tokens;
+  };
+}
+
+function fileStamp(path: string): string {
+  try {
+    const s = statSync(path);
+    return `${s.mtimeMs}:${s.size}:${s.ino}`;
+  } catch {
+    return 'missing';
+  }
+}
+
+export function authenticate(source: readonly ApiToken[] | (() => readonly ApiToken[])): RequestHandler {
+  const digests = new WeakMap<readonly ApiToken[], Array<{ digest: Buffer; name: string; role: Role }>>();
+  const entriesOf = (tokens: readonly ApiToken[]) => {
+    let e = digests.get(tokens);
+    if (!e) {
+      e = tokens.map((t) => ({ digest: Buffer.from(t.tokenSha256, 'hex'), name: t.name, role: t.role }));
+      digests.set(tokens, e);
+    }
+    return e;
+  };
   return (req, res, next) => {
+    const entries = entriesOf(typeof source === 'function' ? source() : source);
     const header = req.get('authorization');
     if (!header) throw new HttpProblem('unauthorized', 'missing bearer token (Authorization: Bearer <token>)');
     const m = /^Bearer[ ]+([^\s]+)[ ]*$/i.exec(header);

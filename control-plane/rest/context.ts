@@ -22,7 +22,8 @@ export interface RestDeps {
   fleet: FleetClient;
   client: Client;
   config: ControlPlaneConfig;
-  tokens: readonly ApiToken[];
+  /** The API tokens, or where to read the current ones (watchedApiTokens). */
+  tokens: readonly ApiToken[] | (() => readonly ApiToken[]);
   definitions: DefinitionsStore;
   options?: RestOptions;
 }

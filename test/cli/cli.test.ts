@@ -223,11 +223,13 @@ describe('fleet CLI', () => {
     for (const secret of [cred.signingKey, cred.boxKey]) assert.ok(!wire.includes(secret), 'private key leaked');
     assert.deepEqual(JSON.parse(r.requests[0].body!), { pool: rf.f.pool, keys: publicKeys(cred) });
 
-    // No overwrite without --force, and no new keys for an enrolled host without --rotate (another
-    // file is no way around it); with both, the keys rotate.
-    const again = await fleet(['hosts', 'add', newHost]);
-    assert.equal(again.code, 2);
-    assert.match(again.stderr, /--force/);
+    // The existing file is enrolled again as it is (no overwrite without --force), and no new keys
+    // for an enrolled host without --rotate (another file is no way around it); with both, the keys rotate.
+    const again = await fleet(['hosts', 'add', newHost, '--json']);
+    assert.equal(again.code, 0, again.stderr);
+    assert.deepEqual([again.json().created, again.json().rotated], [false, false]);
+    assert.deepEqual(JSON.parse(again.requests[0].body!).keys, publicKeys(cred), 'the same keys enrolled again');
+    assert.equal(JSON.parse(readFileSync(file, 'utf8')).signingKey, cred.signingKey, 'the file is kept as it is');
     for (const args of [['--force'], ['--out', 'elsewhere.json']]) {
       const refused = await fleet(['hosts', 'add', newHost, ...args]);
       assert.equal(refused.code, 2, refused.stderr);

@@ -7,7 +7,13 @@ import request from 'supertest';
 import { FleetClient } from '../../control-plane/client';
 import { parseControlPlaneConfig } from '../../control-plane/config';
 import { createApp } from '../../control-plane/rest/app';
-import { loadApiTokens, parseApiTokens, sha256Hex, TokensConfigError } from '../../control-plane/rest/auth';
+import {
+  loadApiTokens,
+  parseApiTokens,
+  sha256Hex,
+  TokensConfigError,
+  watchedApiTokens,
+} from '../../control-plane/rest/auth';
 import { JsonFileDefinitionsStore } from '../../control-plane/rest/definitions/store';
 import { testEnv } from '../setup';
 import { API_TOKENS, assertProblem, auth, call, quietLog, TOKEN } from './helpers';
@@ -102,5 +108,35 @@ describe('REST: authentication and roles', () => {
     assert.deepEqual(loadApiTokens(join(dir, 't.json')), [{ name: 'ops', role: 'admin', tokenSha256: h }]);
     writeFileSync(join(dir, 'bad.json'), '{ not json');
     assert.throws(() => loadApiTokens(join(dir, 'bad.json')), /cannot read FLEET_API_TOKENS/);
+  });
+
+  it('an edited tokens file takes effect without a restart; one that no longer parses keeps the tokens it had', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'fleet-tokens-'));
+    const file = join(dir, 'tokens.json');
+    const entry = (name: string, token: string) => ({ name, role: 'submitter', tokenSha256: sha256Hex(token) });
+    writeFileSync(file, JSON.stringify([entry('ops', 'fleet_ops')]));
+    const errors: string[] = [];
+    const source = watchedApiTokens(file, (e) => errors.push(e.message));
+    const config = parseControlPlaneConfig({});
+    const { client } = testEnv();
+    const app = createApp({
+      fleet: new FleetClient(client, config),
+      client,
+      config,
+      tokens: source,
+      definitions: new JsonFileDefinitionsStore(join(dir, 'd.json')),
+      options: { log: quietLog },
+    });
+    const as = (token: string) => request(app).get('/v1/workflow-definitions').set('Authorization', `Bearer ${token}`);
+    assert.equal((await as('fleet_ops')).status, 200);
+    assertProblem(await as('fleet_new'), 401, 'unauthorized');
+    writeFileSync(file, JSON.stringify([entry('ops', 'fleet_ops'), entry('ci', 'fleet_new')]));
+    await new Promise((r) => setTimeout(r, 1_100));
+    assert.equal((await as('fleet_new')).status, 200, 'the new token works');
+    writeFileSync(file, '[{ "name": "half');
+    await new Promise((r) => setTimeout(r, 1_100));
+    assert.equal((await as('fleet_new')).status, 200, 'a broken edit keeps the tokens');
+    assert.equal(errors.length, 1);
+    assert.match(errors[0], /cannot read FLEET_API_TOKENS/);
   });
 });

@@ -2,7 +2,13 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync, renameSync, rmSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { generateHostCredential, publicKeys, saveHostCredential } from '../../../host-worker/identity';
+import {
+  generateHostCredential,
+  loadHostCredential,
+  publicKeys,
+  saveHostCredential,
+  type HostCredential,
+} from '../../../host-worker/identity';
 import { isValidId, ID_RULE } from '../../../workflows/ids';
 import type { DeviceList, DrainResult, EnrollResult, HostList, RemoveResult } from '../../rest/fleet/schemas';
 import { query, seg } from '../api';
@@ -56,19 +62,30 @@ async function hostsRemove(ctx: Ctx): Promise<ExitCode> {
  * `fleet hosts add HOST_ID [--pool P] [--out FILE] [--force] [--rotate]`: the credential (private keys) is
  * generated and written (0600) on this machine; only its public keys go to the API. It is written
  * beside the target first and moved into place only once enrolled: a failed enrolment leaves no new
- * file and keeps (with --force) the previous credential as it was.
+ * file and keeps (with --force) the previous credential as it was. An existing FILE of this host is
+ * enrolled again as it is (as `npm run hosts:add` does); --force makes a new one.
  */
 async function hostsAdd(ctx: Ctx): Promise<ExitCode> {
   const hostId = arg(ctx, 2, 'host id');
   if (ctx.args.length > 3) throw new UsageError(`unexpected argument "${ctx.args[3]}"`, ctx.usage);
   if (!isValidId(hostId)) throw new UsageError(`invalid host id "${hostId}": ${ID_RULE}`, ctx.usage);
   const out = resolve(ctx.io.cwd ?? process.cwd(), str(ctx, 'out') ?? `${hostId}.credential.json`);
-  if (existsSync(out) && !flag(ctx, 'force')) {
-    throw new UsageError(`${out} already exists; pass --force to replace it (the old credential stops working)`);
+  const fresh = !existsSync(out) || flag(ctx, 'force');
+  let credential: HostCredential;
+  if (fresh) credential = generateHostCredential(hostId);
+  else {
+    try {
+      credential = loadHostCredential(out);
+    } catch (err) {
+      throw new UsageError(
+        `${out} exists and is not a host credential (${(err as Error).message}); pass --force to replace it`,
+      );
+    }
+    if (credential.hostId !== hostId)
+      throw new UsageError(`${out} holds the credential of host ${credential.hostId}, not ${hostId}`);
   }
-  const credential = generateHostCredential(hostId);
-  const pending = `${out}.${randomBytes(4).toString('hex')}.tmp`;
-  saveHostCredential(pending, credential);
+  const pending = fresh ? `${out}.${randomBytes(4).toString('hex')}.tmp` : undefined;
+  if (pending) saveHostCredential(pending, credential);
   let result: EnrollResult;
   try {
     result = await ctx.api.put<EnrollResult>(`/v1/hosts/${seg(hostId)}/keys`, {
@@ -76,9 +93,9 @@ async function hostsAdd(ctx: Ctx): Promise<ExitCode> {
       keys: publicKeys(credential),
       ...(flag(ctx, 'rotate') ? { rotate: true } : {}),
     });
-    renameSync(pending, out);
+    if (pending) renameSync(pending, out);
   } catch (err) {
-    rmSync(pending, { force: true });
+    if (pending) rmSync(pending, { force: true });
     throw err;
   }
   const summary = {
@@ -90,7 +107,9 @@ async function hostsAdd(ctx: Ctx): Promise<ExitCode> {
   };
   ctx.print(
     `host ${result.hostId} ${result.created ? 'enrolled' : result.rotated ? 're-enrolled: keys rotated' : 're-enrolled'} in pool ${result.pool}\n` +
-      `credential written to ${out} (mode 0600): install it on the host; it holds the private keys\n` +
+      (fresh
+        ? `credential written to ${out} (mode 0600): install it on the host; it holds the private keys\n`
+        : `credential ${out} enrolled as it is (--force makes a new one)\n`) +
       (result.rotated
         ? `the host is offline until it restarts with this credential (its running process can no longer read assignments)\n`
         : ''),
