@@ -45,6 +45,16 @@ export function taskDetails(t: TaskResource): string {
     ['submitted', time(t.submittedAt)],
   ];
   if (t.current) rows.push(['current', `attempt ${t.current.attempt} on ${t.current.hostId}/${t.current.deviceId}`]);
+  if (t.nextAttemptAt) rows.push(['next attempt', time(t.nextAttemptAt)]);
+  // Every attempt that ended, and why: where a retry came from is the first thing an operator asks.
+  for (const a of t.attempts) {
+    if (a.endedAt === undefined) continue;
+    const why = [a.outcome, a.reason && a.reason !== a.outcome && `(${a.reason})`, a.message && `- ${a.message}`];
+    rows.push([
+      `attempt ${a.attempt}`,
+      `${a.hostId}/${a.deviceId} ${why.filter(Boolean).join(' ')} at ${time(a.endedAt)}`,
+    ]);
+  }
   if (t.queue) rows.push(['queue', queueLine(t.queue)]);
   if (t.progress) rows.push(['progress', t.progress.message]);
   if (t.result) {
