@@ -97,7 +97,7 @@ export const deviceTable = (items: DeviceResource[]): string =>
   items.length === 0
     ? 'no devices\n'
     : table(
-        ['HOST', 'DEVICE', 'POOL', 'DRIVER', 'TAGS', 'STATE', 'HEALTH', 'DRAINED', 'ASSIGNABLE', 'TASK'],
+        ['HOST', 'DEVICE', 'POOL', 'DRIVER', 'TAGS', 'STATE', 'HEALTH', 'DRAINED', 'ASSIGNABLE', 'TASK', 'WHY NOT'],
         items.map((d) => [
           d.hostId,
           d.deviceId,
@@ -109,5 +109,6 @@ export const deviceTable = (items: DeviceResource[]): string =>
           d.hostDrained ? 'host' : d.deviceDrained ? 'yes' : 'no',
           d.assignable ? 'yes' : 'no',
           d.reservation?.taskId,
+          d.assignable ? '' : (d.unassignableBecause ?? 'unknown'),
         ]),
       );

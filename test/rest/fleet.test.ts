@@ -96,6 +96,14 @@ describe('REST: hosts and devices', () => {
     }, 'reservation visible');
     assert.deepEqual(held.reservation, { taskId: t.body.taskId, attempt: 1 });
     assert.equal(held.assignable, false);
+    // In use as soon as it is held, whatever the host's last periodic snapshot said.
+    assert.equal(held.state, 'busy');
+    assert.equal((held as Device & { unassignableBecause?: string }).unassignableBecause, 'reserved');
+    assert.equal(
+      (await device('d2')) && 'unassignableBecause' in (await device('d2'))!,
+      false,
+      'an assignable device has no reason',
+    );
     const text = (await get('viewer', `/v1/devices?pool=${rf.f.pool}`)).text;
     assertNoSecrets(
       text,

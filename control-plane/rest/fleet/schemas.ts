@@ -25,7 +25,11 @@ export const DeviceResourceSchema = z.object({
   pool: z.string(),
   driverType: z.string(),
   tags: z.array(z.string()),
-  /** As the host reports it. */
+  /**
+   * `offline` while its host is offline, `busy` while a task holds it (or the host reports a run on
+   * it), else as the host last reported it. The host reports idle/busy changes only with its
+   * periodic snapshot, so the reservation is what tells a device in use.
+   */
   state: z.enum(['idle', 'busy', 'offline']),
   health: z.enum(['good', 'unhealthy', 'maintenance']),
   hostOnline: z.boolean(),
@@ -33,6 +37,8 @@ export const DeviceResourceSchema = z.object({
   deviceDrained: z.boolean(),
   /** The pool's scheduler would hand it to a matching task now. */
   assignable: z.boolean(),
+  /** Why it is not assignable (reserved, host offline, drained, unhealthy, ...); absent when it is. */
+  unassignableBecause: z.string().optional(),
   /** The task holding it, as the pool's scheduler knows it; null when free. */
   reservation: ReservationSchema.nullable(),
 });

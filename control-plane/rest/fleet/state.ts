@@ -50,19 +50,21 @@ export async function loadFleetState(
 }
 
 function toResource(pool: string, d: SchedulerDevice, known: boolean): DeviceResource {
+  const why = known ? unavailableBecause(d) : 'not known to its pool yet';
   return {
     hostId: d.hostId,
     deviceId: d.deviceId,
     pool,
     driverType: d.driverType,
     tags: [...d.tags],
-    state: d.state,
+    state: !d.hostOnline ? 'offline' : d.reservedBy ? 'busy' : d.state,
     health: d.health,
     hostOnline: d.hostOnline,
     hostDrained: d.hostDrained,
     deviceDrained: d.deviceDrained,
     // As the scheduler judges it; a device its scheduler does not know yet is not assignable.
-    assignable: known && unavailableBecause(d) === undefined,
+    assignable: why === undefined,
+    ...(why !== undefined ? { unassignableBecause: why } : {}),
     reservation: d.reservedBy ? { taskId: d.reservedBy.taskId, attempt: d.reservedBy.attempt } : null,
   };
 }
@@ -81,6 +83,7 @@ function devicesOf(h: HostView, scheduled: FleetState['scheduled']): DeviceResou
       hostDrained: h.drained,
       deviceDrained: h.drainedDevices.includes(d.deviceId),
       reservedBy: s?.device.reservedBy,
+      hostSuspectSince: s?.device.hostSuspectSince,
     };
     return toResource(d.pool ?? h.pool, merged, !!s);
   });
