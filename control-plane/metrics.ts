@@ -214,7 +214,9 @@ export function createFleetMetrics(opts: FleetMetricsOptions): FleetMetrics {
       this.reset();
       for (const { pool, view } of r) {
         for (const [key, n] of Object.entries(view?.counters.attemptEnds ?? {})) {
-          const [outcome, reason] = key.split('|');
+          const [outcome, detail] = key.split('|');
+          // A cancel is released with its reason or without one, by where it was caught: one series.
+          const reason = outcome === 'cancelled' && !detail ? 'cancelled' : detail;
           this.inc({ pool, outcome, reason }, n);
         }
       }
