@@ -140,8 +140,13 @@ function reportError(io: CliIo, json: boolean, err: unknown): ExitCode {
     const p = err.problem;
     if (json) io.stderr.write(`${JSON.stringify({ status: err.status, ...p })}\n`);
     else {
-      const lines = [`fleet: ${p.title ?? 'request failed'} (HTTP ${err.status}): ${p.detail ?? ''}`];
-      for (const e of p.errors ?? []) lines.push(`  ${e.in} ${e.path}: ${e.message}`);
+      const errors = p.errors ?? [];
+      // A validation problem's detail lists the field errors that follow: say them once.
+      const repeats = errors.length > 0 && errors.every((e) => (p.detail ?? '').includes(e.message));
+      const lines = [
+        `fleet: ${p.title ?? 'request failed'} (HTTP ${err.status})${repeats ? '' : `: ${p.detail ?? ''}`}`,
+      ];
+      for (const e of errors) lines.push(`  ${e.in} ${e.path}: ${e.message}`);
       if (p.reason) lines.push(`  reason: ${p.reason}`);
       io.stderr.write(`${lines.join('\n')}\n`);
     }

@@ -140,6 +140,7 @@ describe('fleet CLI', () => {
     assert.equal(v.code, 2);
     assert.match(v.stderr, /HTTP 400/);
     assert.match(v.stderr, /body priority:/);
+    assert.equal(v.stderr.split('priority').length - 1, 1, `the field error is said once: ${v.stderr}`);
 
     const both = await fleet(['submit', '--json']);
     assert.equal(both.code, 2);
