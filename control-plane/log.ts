@@ -104,7 +104,9 @@ export class SdkJsonLogger implements SdkLogger {
   }
   log(level: LogLevel, message: string, meta: LogMetadata = {}): void {
     const fields: Fields = { ...meta, ...idsFromWorkflowId(meta.workflowId) };
-    this.out[SDK_LEVEL[level] ?? 'info'](message, fields);
+    // A host's worker runs activities only, on purpose: not worth a warning at every start.
+    const expected = level === 'WARN' && message.startsWith('No workflows registered, not polling for workflow tasks');
+    this.out[expected ? 'debug' : (SDK_LEVEL[level] ?? 'info')](message, fields);
   }
   trace(message: string, meta?: LogMetadata): void {
     this.log('TRACE', message, meta);

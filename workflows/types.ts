@@ -117,6 +117,10 @@ export interface AttemptRecord {
   leaseTimeoutMs: number;
   claimedAt?: number;
   startedAt?: number;
+  /**
+   * When the host's last report (claim, started, progress) reached the task. The lease itself is
+   * renewed by activity heartbeats on the server, which do not reach the task's history.
+   */
   lastHeartbeatAt?: number;
   endedAt?: number;
   outcome?: AttemptOutcome;

@@ -78,6 +78,7 @@ export const AttemptResourceSchema = z.object({
   ackDeadline: TimestampSchema,
   claimedAt: TimestampSchema.optional(),
   startedAt: TimestampSchema.optional(),
+  /** The host's last report (claim, started, progress) to the task; not the lease heartbeat, which stays on the server. */
   lastHeartbeatAt: TimestampSchema.optional(),
   endedAt: TimestampSchema.optional(),
   outcome: z.string().optional(),
