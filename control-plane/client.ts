@@ -35,7 +35,14 @@ import {
   FleetStatus,
 } from '../workflows/search-attributes';
 import type { taskWorkflow } from '../workflows/task';
-import type { Assignment, IndexedStatus, TaskInput, TaskStatus, TaskView } from '../workflows/types';
+import {
+  TERMINAL_STATUSES,
+  type Assignment,
+  type IndexedStatus,
+  type TaskInput,
+  type TaskStatus,
+  type TaskView,
+} from '../workflows/types';
 import { initialTaskView, MAX_ATTEMPTS_LIMIT } from '../workflows/policy';
 import { taskWorkflowQueue, type ControlPlaneConfig } from './config';
 import { SupersededRuns } from './superseded';
@@ -418,20 +425,30 @@ export class FleetClient {
    */
   async cancel(taskId: string): Promise<void> {
     const handle = this.client.workflow.getHandle(taskWorkflowId(taskId));
+    const ended = async (): Promise<TaskEndedError | undefined> => {
+      let d: Awaited<ReturnType<typeof handle.describe>>;
+      try {
+        d = await handle.describe();
+      } catch (err) {
+        if ((err as Error)?.name === 'WorkflowNotFoundError') throw new TaskNotFoundError(`task ${taskId} not found`);
+        throw err;
+      }
+      if (d.status.name === 'RUNNING') return undefined;
+      // The status the task recorded, unless it never got to (terminated, timed out).
+      const recorded = d.typedSearchAttributes.get(FleetStatus) as TaskStatus | undefined;
+      const status = recorded && TERMINAL_STATUSES.includes(recorded) ? recorded : closeStatus(d.status.name);
+      return new TaskEndedError(taskId, status);
+    };
     // The server takes a cancel request for a closed run without a word, so look first.
-    let d: Awaited<ReturnType<typeof handle.describe>>;
+    const before = await ended();
+    if (before) throw before;
     try {
-      d = await handle.describe();
+      // A task that ends meanwhile keeps its own result: the request finds nothing left to cancel.
+      await handle.cancel();
     } catch (err) {
-      if ((err as Error)?.name === 'WorkflowNotFoundError') throw new TaskNotFoundError(`task ${taskId} not found`);
-      throw err;
+      if ((err as Error)?.name !== 'WorkflowNotFoundError') throw err;
+      throw (await ended()) ?? err;
     }
-    if (d.status.name !== 'RUNNING') {
-      const status = (d.typedSearchAttributes.get(FleetStatus) as TaskStatus | undefined) ?? closeStatus(d.status.name);
-      throw new TaskEndedError(taskId, status);
-    }
-    // A task that ends meanwhile keeps its own result: the request finds nothing left to cancel.
-    await handle.cancel();
   }
 
   async list(filter: ListFilter = {}): Promise<TaskSummary[]> {

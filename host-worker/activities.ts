@@ -69,7 +69,8 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
     async runAssignment(sealed: Sealed<HostAssignment>): Promise<SignedRunOutcome> {
       const ctx = Context.current();
       const a = sealed.body;
-      const claimedAt = Date.now();
+      /** When this host took the device for the attempt (after any take-over wait). */
+      let claimedAt = Date.now();
       const signed = (outcome: RunOutcome): SignedRunOutcome => ({
         outcome,
         sig: sign(deps.credential, SignDomain.Result, {
@@ -102,11 +103,13 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
       if (a.hostId !== hostId) {
         return refuse(Reason.DeviceUnavailable, `assignment for host ${a.hostId} reached host ${hostId}`, true);
       }
-      const device = deps.devices().get(a.deviceId);
-      if (!device || device.state === 'offline' || device.health !== 'good') {
-        const what = device ? `${device.state}/${device.health}` : 'not attached';
-        return refuse(Reason.DeviceUnavailable, `device ${a.deviceId} is ${what} on host ${hostId}`, true);
-      }
+      /** Why the device cannot take the attempt now, if it cannot. */
+      const unusable = (d: DeviceSnapshot | undefined): string | undefined =>
+        !d || d.state === 'offline' || d.health !== 'good'
+          ? `device ${a.deviceId} is ${d ? `${d.state}/${d.health}` : 'not attached'} on host ${hostId}`
+          : undefined;
+      const notNow = unusable(deps.devices().get(a.deviceId));
+      if (notNow) return refuse(Reason.DeviceUnavailable, notNow, true);
       let seq = 0;
       let lastMessage = '';
       // Renew the lease until the very end (reports included), and while waiting for the device. No
@@ -142,6 +145,18 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
           true,
         );
       }
+      claimedAt = Date.now();
+      // What may have changed while it waited for the device.
+      const device = deps.devices().get(a.deviceId);
+      const gone = unusable(device);
+      if (gone || superseded.signal.aborted || ctx.cancellationSignal.aborted) {
+        clearInterval(renew);
+        deps.claims.release(a.deviceId, holder);
+        if (ctx.cancellationSignal.aborted)
+          throw new CancelledFailure(`run stopped: ${String(ctx.cancellationSignal.reason)}`);
+        if (superseded.signal.aborted) throw ApplicationFailure.nonRetryable('lease superseded', ErrorType.StaleLease);
+        return refuse(Reason.DeviceUnavailable, gone!, true);
+      }
       try {
         await deps.journal?.add({
           taskId: a.taskId,
@@ -153,7 +168,7 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
           runId: ctx.info.workflowExecution!.runId,
           activityId: ctx.info.activityId,
         });
-        return await run(device);
+        return await run(device!);
       } finally {
         clearInterval(renew);
         deps.claims.release(a.deviceId, holder);

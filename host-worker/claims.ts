@@ -10,6 +10,8 @@ export interface DeviceHolder {
 
 export class DeviceClaims {
   private readonly held = new Map<string, { holder: DeviceHolder; released: Promise<void>; release(): void }>();
+  /** The newest claimant of each device still in claim(). */
+  private readonly latest = new Map<string, DeviceHolder>();
 
   has(deviceId: string): boolean {
     return this.held.has(deviceId);
@@ -21,19 +23,26 @@ export class DeviceClaims {
    */
   async claim(deviceId: string, holder: DeviceHolder, waitMs: number, signal: AbortSignal): Promise<boolean> {
     const until = Date.now() + waitMs;
-    for (;;) {
-      const current = this.held.get(deviceId);
-      if (!current) {
-        let release!: () => void;
-        const released = new Promise<void>((r) => (release = r));
-        this.held.set(deviceId, { holder, released, release });
-        return true;
+    // The newest claimant is the one the pool wants there: an older one still waiting gives up.
+    this.latest.set(deviceId, holder);
+    try {
+      for (;;) {
+        if (this.latest.get(deviceId) !== holder) return false;
+        const current = this.held.get(deviceId);
+        if (!current) {
+          let release!: () => void;
+          const released = new Promise<void>((r) => (release = r));
+          this.held.set(deviceId, { holder, released, release });
+          return true;
+        }
+        if (current.holder === holder) return true;
+        current.holder.stop('the device was assigned to a newer attempt');
+        const left = until - Date.now();
+        if (left <= 0 || signal.aborted) return false;
+        await untilFirst(current.released, left, signal);
       }
-      if (current.holder === holder) return true;
-      current.holder.stop('the device was assigned to a newer attempt');
-      const left = until - Date.now();
-      if (left <= 0 || signal.aborted) return false;
-      await untilFirst(current.released, left, signal);
+    } finally {
+      if (this.latest.get(deviceId) === holder) this.latest.delete(deviceId);
     }
   }
 

@@ -17,8 +17,11 @@ async function main(): Promise<void> {
   const { values } = parseArgs({ options: { config: { type: 'string', short: 'c' } } });
   const path = values.config ?? process.env.FLEET_HOST_CONFIG;
   if (!path) throw new Error('usage: npm run host -- --config <host.json>   (or FLEET_HOST_CONFIG=<file>)');
-  // npm runs scripts in the package's folder; INIT_CWD is where the operator typed the command.
-  const config = loadHostConfig(resolve(process.env.INIT_CWD ?? process.cwd(), path));
+  // `npm run host` runs in the package's folder; INIT_CWD is where the operator typed the command.
+  // Started any other way (a service manager, npm start), a relative path is the process's own.
+  const base =
+    process.env.npm_lifecycle_event === 'host' && process.env.INIT_CWD ? process.env.INIT_CWD : process.cwd();
+  const config = loadHostConfig(resolve(base, path));
   const credential = loadHostCredential(config.credentialPath);
   if (credential.hostId !== config.hostId) {
     throw new Error(`credential ${config.credentialFile} is for host ${credential.hostId}, not ${config.hostId}`);

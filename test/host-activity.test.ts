@@ -192,6 +192,50 @@ describe('host activity (unit)', () => {
     assert.deepEqual(order, ['start t1', 'end t1', 'start t3', 'end t3'], 'never two runs at once');
   });
 
+  it('a device that went bad while the newer assignment waited for it is refused, not run on', async () => {
+    const devices = new Map(simDevices([{ deviceId: 'd1' }]).map((d) => [d.deviceId, d]));
+    const runners = createSimRunners({});
+    runners.goal = {
+      async runGoal(_goal, ctx) {
+        ctx.started();
+        await new Promise((r) => setTimeout(r, 300)); // slow to stop once asked
+        return { status: 'done' };
+      },
+    };
+    const { runAssignment } = createHostActivities(deps({ runners, devices: () => devices }));
+    const first = env()
+      .run(runAssignment, assignment())
+      .catch((err: Error) => err);
+    await new Promise((r) => setTimeout(r, 50));
+    const second = assignment({ taskId: 't2', leaseId: 'lease-2' });
+    const out = env().run(runAssignment, second);
+    await new Promise((r) => setTimeout(r, 50));
+    devices.set('d1', { ...devices.get('d1')!, health: 'unhealthy' }); // unplugged meanwhile
+    const refused = verified(await out, second);
+    assert.deepEqual([refused.status, refused.dispatchFailure, refused.reason], ['failed', true, 'device_unavailable']);
+    assert.match(refused.message ?? '', /unhealthy/);
+    assert.match(String(await first), /lease superseded/);
+  });
+
+  it('device claims: the newest of two waiting claimants gets the device, the older one gives up', async () => {
+    const claims = new DeviceClaims();
+    const stops: string[] = [];
+    const holder = (name: string) => ({ stop: () => void stops.push(name) });
+    const [a, b, c] = [holder('a'), holder('b'), holder('c')];
+    const never = new AbortController().signal;
+    assert.equal(await claims.claim('d1', a, 1_000, never), true);
+    const bWaits = claims.claim('d1', b, 5_000, never);
+    const cWaits = claims.claim('d1', c, 5_000, never);
+    await new Promise((r) => setTimeout(r, 20));
+    assert.deepEqual(stops, ['a', 'a'], 'both asked the holder to stop');
+    claims.release('d1', b); // not b's to give back: nothing happens
+    assert.ok(claims.has('d1'));
+    claims.release('d1', a);
+    assert.deepEqual([await bWaits, await cWaits], [false, true]);
+    claims.release('d1', c);
+    assert.equal(claims.has('d1'), false);
+  });
+
   it('an unknown workflow definition is a signed terminal failure', async () => {
     const { runAssignment } = createHostActivities(deps());
     const a = assignment({ work: { kind: 'workflow', definition: 'nope' } });

@@ -73,6 +73,8 @@ interface Held {
   until: number;
   /** The queue entry, so a refused reservation can put the task back where it was. */
   task?: QueuedTask;
+  /** The task was cancelled while this reservation was on the way: not put back in the queue. */
+  cancelled?: boolean;
 }
 
 export interface SchedulerCarried {
@@ -327,7 +329,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   setHandler(dequeueTaskSignal, ({ taskId }) => {
     const i = queueIndex(taskId);
     if (i >= 0) queue.splice(i, 1);
-    else if (forgetsCancelled) for (const h of held.values()) if (h.taskId === taskId) delete h.task;
+    else if (forgetsCancelled) for (const h of held.values()) if (h.taskId === taskId) h.cancelled = true;
   });
 
   setHandler(hostDevicesSignal, (u) => {
@@ -412,8 +414,10 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
         until: r.heldBy.expiresAt + holdSlackMs,
       });
     } else held.delete(k);
-    if (h.task && queueIndex(h.task.taskId) < 0) insert(h.task);
-    if (h.task?.attempt === 1) reply(h.task.taskId, { accepted: true }); // it may never have heard
+    if (h.task && !h.cancelled) {
+      if (queueIndex(h.task.taskId) < 0) insert(h.task);
+      if (h.task.attempt === 1) reply(h.task.taskId, { accepted: true }); // it may never have heard
+    }
     dirty = true;
   });
 
@@ -507,7 +511,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
           // No device workflow to hold the reservation: treat the device as offline until its host reports again.
           log.warn('reserve failed; device set offline until the next host update', { device: k, error: String(err) });
           const h = held.get(k);
-          const cancelled = forgetsCancelled && h?.leaseId === leaseId && !h.task;
+          const cancelled = h?.leaseId === leaseId && !!h.cancelled;
           if (h?.leaseId === leaseId) held.delete(k);
           const d = devices.get(k);
           if (d) d.state = 'offline';

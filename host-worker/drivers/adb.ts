@@ -22,7 +22,7 @@
  */
 import type { DeviceSnapshot } from '../../workflows/types';
 import { DriverError, type DeviceDriver } from './types';
-import { childProcessEnv, execArgv, mapLimit, toValidId } from './util';
+import { driverProcessEnv, execArgv, mapLimit, toValidId } from './util';
 
 export interface AdbDriverOptions {
   /** The adb executable (a path, or a name looked up in PATH). Default 'adb'. */
@@ -116,7 +116,7 @@ export class AdbDriver implements DeviceDriver {
   async discover(): Promise<DeviceSnapshot[]> {
     const listed = await execArgv([this.adbPath, 'devices', '-l'], {
       timeoutMs: this.listTimeoutMs,
-      env: childProcessEnv(),
+      env: driverProcessEnv(),
     });
     if (!listed.ok) {
       if (listed.failure === 'not_found') {
@@ -155,7 +155,7 @@ export class AdbDriver implements DeviceDriver {
     const r = await execArgv([this.adbPath, '-s', serial, 'shell', 'echo', 'ok'], {
       timeoutMs: this.healthTimeoutMs,
       maxBuffer: 64 * 1024,
-      env: childProcessEnv(),
+      env: driverProcessEnv(),
     });
     // Old adb versions exit 0 even when the shell command failed: the output must be right too.
     return r.ok && r.stdout.trim() === 'ok';

@@ -7,7 +7,7 @@ import { hostname } from 'node:os';
 import { ID_RULE, isValidId } from '../../workflows/ids';
 import type { DeviceSnapshot } from '../../workflows/types';
 import type { DeviceDriver } from './types';
-import { childProcessEnv, execArgv, toValidId } from './util';
+import { driverProcessEnv, execArgv, toValidId } from './util';
 
 export interface LocalDriverOptions {
   /** Default: os.hostname(), sanitised to the id rule (see `defaultLocalDeviceId`). */
@@ -53,7 +53,7 @@ export class LocalDriver implements DeviceDriver {
         await execArgv(this.healthCheck.command, {
           timeoutMs: this.healthCheck.timeoutMs,
           maxBuffer: 64 * 1024,
-          env: childProcessEnv(),
+          env: driverProcessEnv(),
         })
       ).ok;
     }

@@ -103,28 +103,47 @@ export async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (it
   return out;
 }
 
-/** Names a command gets only when the host configuration passes them on by name (`runner.passEnv`). */
-const SECRET_LIKE =
-  /(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|APIKEY|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS?)(_|$)/i;
+/**
+ * Names that look like secrets: PASSWORD, PASSWD, PASSPHRASE or SECRET anywhere in the name; TOKEN(S),
+ * API_KEY / APIKEY, ACCESS_KEY(_ID), PRIVATE_KEY, SIGNING_KEY or CREDENTIAL(S) as a whole word
+ * between underscores; a name ending in _PASS or _PWD. Case does not matter.
+ */
+const SECRET_LIKE = [
+  /PASSWORD|PASSWD|PASSPHRASE|SECRET/i,
+  /(^|_)(TOKENS?|API_?KEYS?|ACCESS_KEY(_ID)?|PRIVATE_KEY|SIGNING_KEY|CREDENTIALS?)(_|$)/i,
+  /_(PASS|PWD)$/i,
+];
 
-/** Whether the host agent keeps a variable of its own environment from the commands it starts. */
+/** The host agent's own settings: the Temporal connection (API key, TLS key paths) and FLEET_*. */
+const agentOwn = (name: string): boolean => /^(TEMPORAL|FLEET)_/i.test(name);
+
+/** Whether the host agent keeps a variable of its own environment from the task commands it starts. */
 export function withheldFromCommands(name: string): boolean {
-  const upper = name.toUpperCase();
-  return upper.startsWith('TEMPORAL_') || upper.startsWith('FLEET_') || SECRET_LIKE.test(name);
+  return agentOwn(name) || SECRET_LIKE.some((re) => re.test(name));
+}
+
+function inherited(keep: (name: string) => boolean): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && keep(k)) env[k] = v;
+  return env;
 }
 
 /**
- * The environment of every command the host agent starts: its own environment without what a
- * device command has no business reading, because a command's output goes into the task's result
- * (history, REST): the Temporal connection settings (`TEMPORAL_*`: API key, TLS key paths), the
- * fleet's own (`FLEET_*`: the CLI's API token, the host's config path) and any name that looks like
- * a secret (`*_TOKEN`, `*_SECRET*`, `*PASSWORD*`, `*_API_KEY`, `*_CREDENTIALS`, ...), except the
- * names in `pass`; then `extra` (the runner's configured `env` and the task's own variables).
+ * The environment of a task's commands (the command runner): the host agent's own environment
+ * without what a device command has no business reading, because a command's output goes into the
+ * task's result (history, REST): the agent's own settings (`TEMPORAL_*`, `FLEET_*`: the CLI's API
+ * token, the host's config path) and names that look like secrets (SECRET_LIKE), except the names
+ * in `pass`; then `extra` (the runner's configured `env` and the task's own variables).
  */
 export function childProcessEnv(extra: Record<string, string> = {}, pass: readonly string[] = []): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = {};
-  for (const [k, v] of Object.entries(process.env)) {
-    if (v !== undefined && (pass.includes(k) || !withheldFromCommands(k))) env[k] = v;
-  }
-  return { ...env, ...extra };
+  return { ...inherited((k) => pass.includes(k) || !withheldFromCommands(k)), ...extra };
+}
+
+/**
+ * The environment of the drivers' own commands (discovery, health checks): the host agent's
+ * without its own settings (`TEMPORAL_*`, `FLEET_*`). Their output stays on the host, so other
+ * variables (a device farm's API token, say) pass.
+ */
+export function driverProcessEnv(): NodeJS.ProcessEnv {
+  return inherited((k) => !agentOwn(k));
 }

@@ -55,7 +55,8 @@ describe('host command runners', () => {
         type: process.env.FLEET_DRIVER_TYPE, extra: process.env.EXTRA, key: process.env.TEMPORAL_API_KEY ?? null,
         token: process.env.FLEET_TOKEN ?? null, gh: process.env.GITHUB_TOKEN ?? null,
         aws: process.env.AWS_SECRET_ACCESS_KEY ?? null, passed: process.env.LAB_PASSWORD ?? null,
-        plain: process.env.LAB_SITE ?? null }))`;
+        plain: process.env.LAB_SITE ?? null, pg: process.env.PGPASSWORD ?? null, db: process.env.DB_PASS ?? null,
+        android: process.env.ANDROID_HOME ?? null }))`;
       const goal = 'say "hi"; $(reboot) \n second line';
       // The host agent's own secrets: its command output is the task's result (history, REST).
       const hostEnv = {
@@ -65,6 +66,9 @@ describe('host command runners', () => {
         AWS_SECRET_ACCESS_KEY: 'aws-x',
         LAB_PASSWORD: 'wanted',
         LAB_SITE: 'berlin',
+        PGPASSWORD: 'pg',
+        DB_PASS: 'db',
+        ANDROID_HOME: '/opt/android',
       };
       Object.assign(process.env, hostEnv);
       let r;
@@ -93,6 +97,9 @@ describe('host command runners', () => {
         aws: null,
         passed: 'wanted',
         plain: 'berlin',
+        pg: null,
+        db: null,
+        android: '/opt/android',
       });
     });
 

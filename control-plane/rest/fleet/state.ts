@@ -57,7 +57,7 @@ function toResource(pool: string, d: SchedulerDevice, known: boolean): DeviceRes
     pool,
     driverType: d.driverType,
     tags: [...d.tags],
-    state: !d.hostOnline ? 'offline' : d.reservedBy ? 'busy' : d.state,
+    state: !d.hostOnline || d.state === 'offline' ? 'offline' : d.reservedBy ? 'busy' : d.state,
     health: d.health,
     hostOnline: d.hostOnline,
     hostDrained: d.hostDrained,
