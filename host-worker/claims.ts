@@ -9,12 +9,25 @@ export interface DeviceHolder {
 }
 
 export class DeviceClaims {
+  /**
+   * `onStuck` / `onFreed`: a runner asked to stop did not within a claimant's wait (the device is
+   * kept out of the pool until it lets go), and that runner let go at last.
+   */
+  constructor(private readonly events: { onStuck?(deviceId: string): void; onFreed?(deviceId: string): void } = {}) {}
+
   private readonly held = new Map<string, { holder: DeviceHolder; released: Promise<void>; release(): void }>();
+  /** Devices whose runner was asked to stop and outlasted a claimant's wait. */
+  private readonly stuckSet = new Set<string>();
   /** The newest claimant of each device still in claim(). */
   private readonly latest = new Map<string, DeviceHolder>();
 
   has(deviceId: string): boolean {
     return this.held.has(deviceId);
+  }
+
+  /** Held by a runner that was asked to stop and has not, past a claimant's whole wait. */
+  stuck(deviceId: string): boolean {
+    return this.stuckSet.has(deviceId);
   }
 
   /**
@@ -38,7 +51,14 @@ export class DeviceClaims {
         if (current.holder === holder) return true;
         current.holder.stop('the device was assigned to a newer attempt');
         const left = until - Date.now();
-        if (left <= 0 || signal.aborted) return false;
+        if (signal.aborted) return false;
+        if (left <= 0) {
+          if (!this.stuckSet.has(deviceId)) {
+            this.stuckSet.add(deviceId);
+            this.events.onStuck?.(deviceId);
+          }
+          return false;
+        }
         await untilFirst(current.released, left, signal);
       }
     } finally {
@@ -52,6 +72,7 @@ export class DeviceClaims {
     if (current?.holder !== holder) return;
     this.held.delete(deviceId);
     current.release();
+    if (this.stuckSet.delete(deviceId)) this.events.onFreed?.(deviceId);
   }
 }
 

@@ -94,8 +94,25 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
   let devices = new Map((await discover()).map((d) => [d.deviceId, d]));
 
   if (opts.journal) await reconcileJournal(opts.journal, opts.credential, client, opts.log);
-  /** Devices with a runner on them. */
-  const claims = new DeviceClaims();
+  /**
+   * Devices with a runner on them. A runner that will not stop keeps its device out of the pool
+   * (reported offline) until it does, so the pool does not offer it again and again, each offer
+   * refused and charged to the task it was for.
+   */
+  const claims = new DeviceClaims({
+    onStuck: (deviceId) => {
+      opts.log?.('a runner asked to stop is still on its device: the device is out of rotation until it stops', {
+        deviceId,
+      });
+      kick();
+    },
+    onFreed: (deviceId) => {
+      opts.log?.('the runner that would not stop has ended: the device is back in rotation', { deviceId });
+      kick();
+    },
+  });
+  /** Runs the snapshot loop's check now (defined with the loop). */
+  let kick: () => void = () => undefined;
   let seq = 0;
   const runners = opts.runners ?? createSimRunners({ definitions: opts.definitions });
   // What this host's runner can run beyond goals (definitions by name, steps a task brings): as
@@ -156,7 +173,7 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
     devices: [...devices.values()].map((d) => ({
       ...d,
       tags: capabilities.length ? [...new Set([...d.tags, ...capabilities])] : d.tags,
-      state: d.state === 'offline' ? 'offline' : claims.has(d.deviceId) ? 'busy' : d.state,
+      state: d.state === 'offline' || claims.stuck(d.deviceId) ? 'offline' : claims.has(d.deviceId) ? 'busy' : d.state,
     })),
   });
 
@@ -192,8 +209,14 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
   let inFlight = false;
   // Liveness rides on the session's heartbeats, so the snapshot goes when the devices changed and
   // otherwise once per period (half a discovery tick early, so a period is never skipped).
-  const loop = setInterval(() => {
-    if (inFlight) return;
+  /** A kick that came while a snapshot was on its way: checked again once it is done. */
+  let again = false;
+  const tick = (): void => {
+    if (inFlight) {
+      again = true;
+      return;
+    }
+    again = false;
     inFlight = true;
     (async () => {
       if (opts.driver) devices = new Map((await discover()).map((d) => [d.deviceId, d]));
@@ -201,8 +224,13 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
       if (due || JSON.stringify(assignmentDevices(snapshot().devices)) !== lastSentKey) await sendSnapshot();
     })()
       .catch((err) => opts.log?.('snapshot failed; will retry', { error: describeError(err) }))
-      .finally(() => (inFlight = false));
-  }, discoveryIntervalMs);
+      .finally(() => {
+        inFlight = false;
+        if (again) tick();
+      });
+  };
+  const loop = setInterval(tick, discoveryIntervalMs);
+  kick = tick;
 
   let stopped: Promise<void> | undefined;
   return {
@@ -216,6 +244,8 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
     stop(stopOpts) {
       stopped ??= (async () => {
         clearInterval(loop);
+        kick = () => undefined;
+        again = false;
         closing = true;
         // A snapshot still on its way would put the host back online after its stop: let it land
         // first (a control plane that does not answer gets 5 s).

@@ -442,6 +442,61 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
     await assertNoOverlappingReservations(f.client, [{ hostId: f.hostId('h1'), deviceId: 'd1' }]);
   });
 
+  it('A runner that will not stop keeps its device out of the pool until it does: the next task is refused once, waits, then runs there', async () => {
+    f = await startFleet('stuck-runner');
+    let release!: () => void;
+    const stubborn = new Promise<void>((r) => (release = r));
+    const { runners } = recordingRunners({
+      override: async (ctx) => {
+        ctx.started();
+        if (!ctx.taskId.startsWith('stuck')) return { status: 'done', output: 'ok' };
+        await stubborn; // ignores ctx.signal: a runner that does not stop when asked
+        return { status: 'done', output: 'late' };
+      },
+    });
+    await f.addHost('h1', [{ deviceId: 'd1' }], { runners, takeoverWaitMs: 500 });
+    try {
+      await deviceKnown();
+      const stuck = await f.fleet.submit({
+        taskId: uid('stuck'),
+        goal: 'stuck',
+        policy: { executionTimeoutMs: 1_500, leaseTimeoutMs: 20_000, maxAttempts: 1 },
+      });
+      await f.waitForStatus(stuck.taskId, 'running');
+      const next = await f.fleet.submit({ taskId: uid('next'), goal: 'quick' });
+      assert.equal((await f.fleet.wait(stuck.taskId, { timeoutMs: 30_000 })).status, 'failed');
+      // Refused once (the runner outlasted the wait), then the device left the pool: no more offers.
+      const waiting = await f.waitFor(
+        next.taskId,
+        (v) => v.attempts.length === 1 && v.attempts[0].endedAt !== undefined,
+        'the first offer refused',
+      );
+      assert.deepEqual(
+        [waiting.attempts[0].outcome, waiting.attempts[0].reason],
+        ['dispatch_failed', 'device_unavailable'],
+      );
+      await eventually(
+        async () =>
+          (await f!.scheduler()).devices.find((d) => d.deviceId === 'd1')?.state === 'offline' ? true : undefined,
+        'd1 out of rotation',
+      );
+      await sleep(3_000); // backoff 1 s, 2 s: without the fix, three refusals and a failed task by now
+      const still = await f.fleet.get(next.taskId);
+      assert.equal(still.status, 'queued');
+      assert.equal(still.attempts.length, 1, 'no more offers while the runner holds the device');
+      release();
+      const n = await f.fleet.wait(next.taskId, { timeoutMs: 60_000 });
+      assert.equal(n.status, 'done');
+      assert.deepEqual(
+        n.attempts.map((a) => a.outcome),
+        ['dispatch_failed', 'done'],
+      );
+    } finally {
+      release(); // else the host's worker waits for it at shutdown
+    }
+    await assertNoOverlappingReservations(f.client, [{ hostId: f.hostId('h1'), deviceId: 'd1' }]);
+  });
+
   it('Lease expires with attempts remaining (host stops heartbeating): requeued, reservation released, expired attempt kept', async () => {
     f = await startFleet('lease-retry');
     const p = await processHost('h1', 'd1');
