@@ -69,6 +69,71 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
     await f.waitForStatus(t.taskId, 'running');
     return { fl: f, t };
   };
+  /**
+   * A scheduler of its own pool that knows one idle device, h/d1, whose device workflow exists but
+   * never runs (signals to it are delivered; the test speaks for it).
+   */
+  const poolWithSilentDevice = async (name: string) => {
+    f = await startFleet(name);
+    const pool = uid('pool');
+    const hostId = uid('hx');
+    const unpolled = uid('unpolled');
+    await f.client.workflow.start('inert', { workflowId: deviceWorkflowId(hostId, 'd1'), taskQueue: unpolled });
+    const sched = await f.client.workflow.start(schedulerWorkflow, {
+      workflowId: schedulerWorkflowId(pool),
+      taskQueue: f.config.controlTaskQueue,
+      args: [{ pool, config: { strategy: 'fifo_match', maxQueueDepth: 10, agingMs: 60_000 } }],
+    });
+    await sched.signal(hostDevicesSignal, {
+      hostId,
+      online: true,
+      drained: false,
+      drainedDevices: [],
+      devices: [{ deviceId: 'd1', driverType: 'sim', tags: [], state: 'idle', health: 'good' }],
+      version: 1,
+      keys: { signing: '00'.repeat(32), box: '00'.repeat(32) },
+    });
+    const enqueue = (taskId: string, attempt: number) =>
+      sched.signal(enqueueTaskSignal, {
+        taskId,
+        constraints: { tags: [] },
+        priority: 0,
+        submittedAt: Date.now(),
+        attempt,
+        holdMs: 60_000,
+        first: attempt === 1,
+      });
+    /** d1 refuses `taskId`'s reservation under `leaseId`: held by `heldBy`. */
+    const refuse = (
+      taskId: string,
+      attempt: number,
+      leaseId: string,
+      heldBy: { taskId: string; leaseId: string; expiresAt: number },
+    ) =>
+      sched.signal(reservationRefusedSignal, {
+        hostId,
+        deviceId: 'd1',
+        request: { taskId, attempt, leaseId, pool, holdMs: 60_000, hostKeys: { signing: '', box: '' } },
+        heldBy,
+      });
+    return { hostId, sched, enqueue, refuse, unpolled };
+  };
+  /**
+   * `first` runs on h1/d1 until the server ends it (execution timeout, 1.5-2 s) while its runner
+   * stays on the device; then a quick task is submitted for the same device.
+   */
+  const timedOutThenNext = async (first: string, executionTimeoutMs: number) => {
+    await deviceKnown();
+    const stale = await f!.fleet.submit({
+      taskId: uid(first),
+      goal: first,
+      policy: { executionTimeoutMs, leaseTimeoutMs: 20_000, maxAttempts: 1 },
+    });
+    await f!.waitForStatus(stale.taskId, 'running');
+    const next = await f!.fleet.submit({ taskId: uid('next'), goal: 'quick' });
+    assert.equal((await f!.fleet.wait(stale.taskId, { timeoutMs: 60_000 })).status, 'failed');
+    return { stale, next };
+  };
   const processHost = (name: string, deviceId: string, more: string[] = []) => f!.spawnHost(name, [deviceId, ...more]);
   /** A live in-process host whose runner finishes every attempt at once ('rescued'). */
   const rescueHost = (name: string, deviceId: string) =>
@@ -218,38 +283,11 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
   it('A refusal that reaches the pool after the device released the lease it names does not hold the device', async () => {
     // The device refused a reservation while an older lease held it, then released that lease: two
     // signals to the pool, which may arrive in either order. Here the release comes first.
-    f = await startFleet('refusal-late');
-    const pool = uid('pool');
-    const hostId = uid('hx');
-    const unpolled = uid('unpolled');
-    // The device and the task exist (signals to them are delivered) but never run: the test speaks for them.
-    await f.client.workflow.start('inert', { workflowId: deviceWorkflowId(hostId, 'd1'), taskQueue: unpolled });
+    const { hostId, sched, enqueue, refuse, unpolled } = await poolWithSilentDevice('refusal-late');
     const taskId = uid('t');
-    await f.client.workflow.start('inert', { workflowId: taskWorkflowId(taskId), taskQueue: unpolled });
-    const sched = await f.client.workflow.start(schedulerWorkflow, {
-      workflowId: schedulerWorkflowId(pool),
-      taskQueue: f.config.controlTaskQueue,
-      args: [{ pool, config: { strategy: 'fifo_match', maxQueueDepth: 10, agingMs: 60_000 } }],
-    });
+    await f!.client.workflow.start('inert', { workflowId: taskWorkflowId(taskId), taskQueue: unpolled });
     const reservedBy = async () => (await sched.query(schedulerStateQuery)).devices[0]?.reservedBy;
-    await sched.signal(hostDevicesSignal, {
-      hostId,
-      online: true,
-      drained: false,
-      drainedDevices: [],
-      devices: [{ deviceId: 'd1', driverType: 'sim', tags: [], state: 'idle', health: 'good' }],
-      version: 1,
-      keys: { signing: '00'.repeat(32), box: '00'.repeat(32) },
-    });
-    await sched.signal(enqueueTaskSignal, {
-      taskId,
-      constraints: { tags: [] },
-      priority: 0,
-      submittedAt: Date.now(),
-      attempt: 1,
-      holdMs: 60_000,
-      first: true,
-    });
+    await enqueue(taskId, 1);
     const first = await eventually(async () => (await reservedBy())?.leaseId, 'the pool reserved d1');
     const older = { taskId: uid('older'), leaseId: uid('lease-older'), expiresAt: Date.now() + 60_000 };
     await sched.signal(deviceReleasedSignal, {
@@ -259,12 +297,7 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
       taskId: older.taskId,
       reason: 'done',
     });
-    await sched.signal(reservationRefusedSignal, {
-      hostId,
-      deviceId: 'd1',
-      request: { taskId, attempt: 1, leaseId: first, pool, holdMs: 60_000, hostKeys: { signing: '', box: '' } },
-      heldBy: older,
-    });
+    await refuse(taskId, 1, first, older);
     // The pool offers the device to the task again, under a new lease, instead of waiting out the old one.
     const again = await eventually(async () => {
       const r = await reservedBy();
@@ -276,47 +309,16 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
   });
 
   it('A task cancelled while its reservation is on the way is not put back in the queue when the device refuses', async () => {
-    f = await startFleet('refusal-cancelled');
-    const pool = uid('pool');
-    const hostId = uid('hx');
-    const unpolled = uid('unpolled');
-    await f.client.workflow.start('inert', { workflowId: deviceWorkflowId(hostId, 'd1'), taskQueue: unpolled });
-    const sched = await f.client.workflow.start(schedulerWorkflow, {
-      workflowId: schedulerWorkflowId(pool),
-      taskQueue: f.config.controlTaskQueue,
-      args: [{ pool, config: { strategy: 'fifo_match', maxQueueDepth: 10, agingMs: 60_000 } }],
-    });
+    const { sched, enqueue, refuse } = await poolWithSilentDevice('refusal-cancelled');
     const state = () => sched.query(schedulerStateQuery);
-    await sched.signal(hostDevicesSignal, {
-      hostId,
-      online: true,
-      drained: false,
-      drainedDevices: [],
-      devices: [{ deviceId: 'd1', driverType: 'sim', tags: [], state: 'idle', health: 'good' }],
-      version: 1,
-      keys: { signing: '00'.repeat(32), box: '00'.repeat(32) },
-    });
     // A retry (attempt 2: the pool sends it no admission answer) is reserved d1 ...
     const taskId = uid('t');
-    await sched.signal(enqueueTaskSignal, {
-      taskId,
-      constraints: { tags: [] },
-      priority: 0,
-      submittedAt: Date.now(),
-      attempt: 2,
-      holdMs: 60_000,
-      first: false,
-    });
+    await enqueue(taskId, 2);
     const lease = await eventually(async () => (await state()).devices[0]?.reservedBy?.leaseId, 'the pool reserved d1');
     // ... then cancelled (the task leaves the queue), and the device refuses: held by another task.
     await sched.signal(dequeueTaskSignal, { taskId });
     const other = { taskId: uid('other'), leaseId: uid('lease-other'), expiresAt: Date.now() + 60_000 };
-    await sched.signal(reservationRefusedSignal, {
-      hostId,
-      deviceId: 'd1',
-      request: { taskId, attempt: 2, leaseId: lease, pool, holdMs: 60_000, hostKeys: { signing: '', box: '' } },
-      heldBy: other,
-    });
+    await refuse(taskId, 2, lease, other);
     const after = await eventually(async () => {
       const s = await state();
       return s.devices[0]?.reservedBy?.taskId === other.taskId ? s : undefined;
@@ -420,16 +422,7 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
       },
     });
     await f.addHost('h1', [{ deviceId: 'd1' }], { runners });
-    await deviceKnown();
-    const slow = await f.fleet.submit({
-      taskId: uid('slow'),
-      goal: 'slow',
-      policy: { executionTimeoutMs: 2_000, leaseTimeoutMs: 20_000, maxAttempts: 1 },
-    });
-    await f.waitForStatus(slow.taskId, 'running');
-    const next = await f.fleet.submit({ taskId: uid('next'), goal: 'quick' });
-    const s = await f.fleet.wait(slow.taskId, { timeoutMs: 60_000 });
-    assert.equal(s.status, 'failed');
+    const { stale: slow, next } = await timedOutThenNext('slow', 2_000);
     const n = await f.fleet.wait(next.taskId, { timeoutMs: 60_000 });
     assert.equal(n.status, 'done', JSON.stringify(n.attempts.map((a) => [a.outcome, a.reason])));
     assert.deepEqual(
@@ -456,15 +449,7 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
     });
     await f.addHost('h1', [{ deviceId: 'd1' }], { runners, takeoverWaitMs: 500 });
     try {
-      await deviceKnown();
-      const stuck = await f.fleet.submit({
-        taskId: uid('stuck'),
-        goal: 'stuck',
-        policy: { executionTimeoutMs: 1_500, leaseTimeoutMs: 20_000, maxAttempts: 1 },
-      });
-      await f.waitForStatus(stuck.taskId, 'running');
-      const next = await f.fleet.submit({ taskId: uid('next'), goal: 'quick' });
-      assert.equal((await f.fleet.wait(stuck.taskId, { timeoutMs: 30_000 })).status, 'failed');
+      const { next } = await timedOutThenNext('stuck', 1_500);
       // Refused once (the runner outlasted the wait), then the device left the pool: no more offers.
       const waiting = await f.waitFor(
         next.taskId,
