@@ -59,7 +59,10 @@ export function taskDetails(t: TaskResource): string {
   if (t.progress) rows.push(['progress', t.progress.message]);
   if (t.result) {
     const r = t.result;
-    rows.push(['result', [r.status, r.reason && `(${r.reason})`, r.message].filter(Boolean).join(' ')]);
+    rows.push([
+      'result',
+      [r.status, r.reason && r.reason !== r.status && `(${r.reason})`, r.message].filter(Boolean).join(' '),
+    ]);
     if (r.output) rows.push(['output', r.output]);
     rows.push(['finished', time(r.finishedAt)]);
   }
