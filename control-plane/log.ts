@@ -124,3 +124,13 @@ export class SdkJsonLogger implements SdkLogger {
     this.log('ERROR', message, meta);
   }
 }
+
+/** An error with its causes ("Workflow Update failed" alone does not say the host was refused, or why). */
+export function describeError(err: unknown): string {
+  const parts: string[] = [];
+  for (let e: unknown = err, depth = 0; e !== undefined && e !== null && depth < 5; depth++) {
+    parts.push(e instanceof Error ? `${e.name}: ${e.message}` : String(e));
+    e = (e as { cause?: unknown }).cause;
+  }
+  return parts.join(' <- ');
+}

@@ -22,6 +22,7 @@ import { createHostActivities } from './activities';
 import { createHostSessionActivities } from './session';
 import { sign, type HostCredential } from './identity';
 import { terminateProcessGroup } from './command-runner';
+import { describeError } from '../control-plane/log';
 import { DeviceClaims } from './claims';
 import type { DeviceDriver } from './drivers';
 import type { Journal } from './journal';
@@ -183,7 +184,15 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
   /** Snapshots on their way; once the host stops none is sent (its stop must be its last word). */
   const sending = new Set<Promise<unknown>>();
   let closing = false;
-  const sendSnapshot = async (): Promise<void> => {
+  // One snapshot at a time, each built when its turn comes: two on their way at once could land
+  // out of order, and the host workflow refuses the older one as a replay.
+  let queue: Promise<unknown> = Promise.resolve();
+  const sendSnapshot = (): Promise<void> => {
+    const turn = queue.then(sendOne);
+    queue = turn.catch(() => undefined);
+    return turn;
+  };
+  const sendOne = async (): Promise<void> => {
     if (closing) return;
     const s = snapshot();
     const key = JSON.stringify(assignmentDevices(s.devices));
@@ -203,7 +212,9 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
   const running = worker.run();
   // The first snapshot may be refused (e.g. another process of this host reported a moment later
   // than us); the loop keeps trying, so it is not fatal. A host that is not enrolled says so here.
-  await sendSnapshot().catch((err) => opts.log?.('first snapshot not accepted; retrying', { error: String(err) }));
+  await sendSnapshot().catch((err) =>
+    opts.log?.('first snapshot not accepted; retrying', { error: describeError(err) }),
+  );
   // Single flight: while the control plane cannot answer (restarting, server down), snapshots must
   // not pile up as in-flight updates on the host workflow; the next tick sends a fresh one.
   let inFlight = false;
@@ -314,13 +325,3 @@ export async function reconcileJournal(
 
 /** Default HostOptions.takeoverWaitMs. */
 export const DEFAULT_TAKEOVER_WAIT_MS = 15_000;
-
-/** An error with its causes ("Workflow Update failed" alone does not say the host was refused, or why). */
-export function describeError(err: unknown): string {
-  const parts: string[] = [];
-  for (let e: unknown = err, depth = 0; e !== undefined && e !== null && depth < 5; depth++) {
-    parts.push(e instanceof Error ? `${e.name}: ${e.message}` : String(e));
-    e = (e as { cause?: unknown }).cause;
-  }
-  return parts.join(' <- ');
-}

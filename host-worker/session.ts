@@ -13,6 +13,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { SignDomain, sessionStopBody } from '../workflows/identity';
 import { hostWorkflowId } from '../workflows/ids';
 import type { HostSessionEnd } from '../workflows/types';
+import { describeError } from '../control-plane/log';
 import { sign, type HostCredential } from './identity';
 
 export interface HostSessionActivities {
@@ -102,7 +103,7 @@ export function createHostSessionActivities(deps: HostSessionDeps): HostSessionA
               deps.log?.('liveness session lost; sending a snapshot', {
                 reason: String(ctx.cancellationSignal.reason),
               });
-              deps.sendSnapshot().catch((e) => deps.log?.('snapshot failed; will retry', { error: String(e) }));
+              deps.sendSnapshot().catch((e) => deps.log?.('snapshot failed; will retry', { error: describeError(e) }));
             }
             throw err;
           }

@@ -187,6 +187,9 @@ describe('seed 004: idempotency, backoff, cancel, progress', () => {
         return v.current === undefined ? v : undefined;
       }, 'device released');
       assert.equal(d.recent.at(-1)?.releaseReason, 'cancelled');
+      // The pool still learns that the host went silent: its devices get no work until it proves alive.
+      const inPool = (await f.scheduler()).devices.find((x) => x.deviceId === 'd1');
+      assert.ok(inPool?.hostSuspectSince !== undefined, 'the silent host is presumed lost');
     } finally {
       host.kill('SIGKILL');
     }

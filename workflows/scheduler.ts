@@ -107,7 +107,10 @@ const HOLD_SWEEP_MS = 60_000;
  * the host workflow cannot answer).
  */
 const hostLost = (r: { reason: string; detail?: string }): boolean =>
-  r.reason === 'lease_expired' || (r.reason === 'dispatch_failed' && r.detail === 'ack_timeout');
+  r.reason === 'lease_expired' ||
+  (r.reason === 'dispatch_failed' && r.detail === 'ack_timeout') ||
+  // A cancel that waited out a lost lease or a missed ack (tasks from 2026-12-02a on say so).
+  (r.reason === 'cancelled' && (r.detail === 'lease_expired' || r.detail === 'ack_timeout'));
 const SUSPECT_MAX_MS = 5 * 60_000;
 
 export interface SchedulerInput {

@@ -14,6 +14,7 @@ import {
   getExternalWorkflowHandle,
   isCancellation,
   log,
+  patched,
   proxyActivities,
   setCurrentDetails,
   setHandler,
@@ -276,7 +277,13 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
         publish(state);
 
         let c = await runAttempt(input, record, a.hostKeys, a.reservedAt + holdMs);
+        /** The release's detail: the cancel, or what the pool must know besides (a host gone silent). */
+        let releaseDetail = c.reason;
         if (root.consideredCancelled && c.outcome !== 'done') {
+          // A cancel that waited out a lost lease or a missed ack still tells the pool the host
+          // went silent, so its devices get no work until it proves alive (as for any lost lease).
+          const silent = c.reason === Reason.LeaseExpired || c.reason === Reason.AckTimeout;
+          releaseDetail = silent && patched('task-cancel-tells-silent-host-v1') ? c.reason : Reason.Cancelled;
           c = { outcome: 'cancelled', reason: Reason.Cancelled, retryable: false, dispatchFailure: false };
         }
         record.endedAt = Date.now();
@@ -284,7 +291,7 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
         record.reason = c.reason;
         record.message = c.message;
         state.current = undefined;
-        await uncancellable(() => releaseDevice(record, c.outcome, c.reason));
+        await uncancellable(() => releaseDevice(record, c.outcome, releaseDetail));
 
         if (c.outcome === 'done') return finish(state, { status: 'done', output: c.message });
         if (c.outcome === 'cancelled') return finish(state, { status: 'cancelled', reason: Reason.Cancelled });

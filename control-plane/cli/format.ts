@@ -49,7 +49,9 @@ export function taskDetails(t: TaskResource): string {
   // Every attempt that ended, and why: where a retry came from is the first thing an operator asks.
   for (const a of t.attempts) {
     if (a.endedAt === undefined) continue;
-    const why = [a.outcome, a.reason && a.reason !== a.outcome && `(${a.reason})`, a.message && `- ${a.message}`];
+    // A done attempt's message is its output (shown once, below); a failure's first line says why.
+    const line = a.outcome === 'done' ? undefined : a.message?.split('\n')[0].slice(0, 160);
+    const why = [a.outcome, a.reason && a.reason !== a.outcome && `(${a.reason})`, line && `- ${line}`];
     rows.push([
       `attempt ${a.attempt}`,
       `${a.hostId}/${a.deviceId} ${why.filter(Boolean).join(' ')} at ${time(a.endedAt)}`,

@@ -104,27 +104,31 @@ export async function mapLimit<T, R>(items: readonly T[], limit: number, fn: (it
 }
 
 /**
- * Names that look like secrets: PASSWORD, PASSWD, PASSPHRASE or SECRET anywhere in the name; TOKEN(S),
- * API_KEY / APIKEY, ACCESS_KEY(_ID), PRIVATE_KEY, SIGNING_KEY or CREDENTIAL(S) as a whole word
- * between underscores; a name ending in _PASS or _PWD. Case does not matter.
+ * Names that look like secrets: PASSWORD, PASSWD, PASSPHRASE or SECRET anywhere in the name; TOKEN(S)
+ * at the end of a word (`GITHUB_TOKEN`, `NGROK_AUTHTOKEN`, `OAUTH_TOKEN_URL`); API_KEY / APIKEY,
+ * ACCESS_KEY(_ID), PRIVATE_KEY, SIGNING_KEY or CREDENTIAL(S) as a whole word between underscores; a
+ * name ending in _PASS, _PWD or _PAT. Case does not matter.
  */
 const SECRET_LIKE = [
   /PASSWORD|PASSWD|PASSPHRASE|SECRET/i,
-  /(^|_)(TOKENS?|API_?KEYS?|ACCESS_KEY(_ID)?|PRIVATE_KEY|SIGNING_KEY|CREDENTIALS?)(_|$)/i,
-  /_(PASS|PWD)$/i,
+  /TOKENS?(_|$)/i,
+  /(^|_)(API_?KEYS?|ACCESS_KEY(_ID)?|PRIVATE_KEY|SIGNING_KEY|CREDENTIALS?)(_|$)/i,
+  /_(PASS|PWD|PAT)$/i,
 ];
+/** A URL with a password in it (`postgres://user:pass@host/db`), whatever its variable's name. */
+const URL_WITH_PASSWORD = /^[a-z][a-z0-9+.-]*:\/\/[^/\s:@]*:[^/\s@]+@/i;
 
 /** The host agent's own settings: the Temporal connection (API key, TLS key paths) and FLEET_*. */
 const agentOwn = (name: string): boolean => /^(TEMPORAL|FLEET)_/i.test(name);
 
 /** Whether the host agent keeps a variable of its own environment from the task commands it starts. */
-export function withheldFromCommands(name: string): boolean {
-  return agentOwn(name) || SECRET_LIKE.some((re) => re.test(name));
+export function withheldFromCommands(name: string, value = ''): boolean {
+  return agentOwn(name) || SECRET_LIKE.some((re) => re.test(name)) || URL_WITH_PASSWORD.test(value);
 }
 
-function inherited(keep: (name: string) => boolean): NodeJS.ProcessEnv {
+function inherited(keep: (name: string, value: string) => boolean): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {};
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && keep(k)) env[k] = v;
+  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && keep(k, v)) env[k] = v;
   return env;
 }
 
@@ -136,7 +140,7 @@ function inherited(keep: (name: string) => boolean): NodeJS.ProcessEnv {
  * in `pass`; then `extra` (the runner's configured `env` and the task's own variables).
  */
 export function childProcessEnv(extra: Record<string, string> = {}, pass: readonly string[] = []): NodeJS.ProcessEnv {
-  return { ...inherited((k) => pass.includes(k) || !withheldFromCommands(k)), ...extra };
+  return { ...inherited((k, v) => pass.includes(k) || !withheldFromCommands(k, v)), ...extra };
 }
 
 /**

@@ -36,19 +36,31 @@ describe('fleet CLI: task details', () => {
           endedAt: '2026-12-02T00:00:23.000Z',
           outcome: 'retryable_failure',
           reason: 'exit_code_75',
-          message: 'adb: device offline',
+          message: 'adb: device offline\nsecond line of the output',
+        },
+        {
+          attempt: 3,
+          hostId: 'lab-1',
+          deviceId: 'pixel-8',
+          assignedAt: '2026-12-02T00:00:26.000Z',
+          ackDeadline: '2026-12-02T00:00:56.000Z',
+          endedAt: '2026-12-02T00:00:27.000Z',
+          outcome: 'done',
+          message: 'the whole output\nof the run',
         },
       ],
       nextAttemptAt: '2026-12-02T00:00:25.000Z',
       consecutiveDispatchFailures: 0,
     } as unknown as TaskResource;
     const out = taskDetails(t);
-    assert.match(out, /^attempts +2 of 3$/m);
+    assert.match(out, /^attempts +3 of 3$/m);
     assert.match(out, /^attempt 1 +lab-2\/pixel-7 lease_expired at 2026-12-02 00:00:21Z$/m);
     assert.match(
       out,
       /^attempt 2 +lab-1\/pixel-8 retryable_failure \(exit_code_75\) - adb: device offline at 2026-12-02 00:00:23Z$/m,
     );
     assert.match(out, /^next attempt +2026-12-02 00:00:25Z$/m);
+    assert.match(out, /^attempt 3 +lab-1\/pixel-8 done at 2026-12-02 00:00:27Z$/m, 'a done attempt without its output');
+    assert.ok(!out.includes('second line'), 'only the first line of a failure');
   });
 });

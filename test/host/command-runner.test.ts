@@ -56,7 +56,8 @@ describe('host command runners', () => {
         token: process.env.FLEET_TOKEN ?? null, gh: process.env.GITHUB_TOKEN ?? null,
         aws: process.env.AWS_SECRET_ACCESS_KEY ?? null, passed: process.env.LAB_PASSWORD ?? null,
         plain: process.env.LAB_SITE ?? null, pg: process.env.PGPASSWORD ?? null, db: process.env.DB_PASS ?? null,
-        android: process.env.ANDROID_HOME ?? null }))`;
+        android: process.env.ANDROID_HOME ?? null, ngrok: process.env.NGROK_AUTHTOKEN ?? null,
+        dburl: process.env.DATABASE_URL ?? null }))`;
       const goal = 'say "hi"; $(reboot) \n second line';
       // The host agent's own secrets: its command output is the task's result (history, REST).
       const hostEnv = {
@@ -68,6 +69,8 @@ describe('host command runners', () => {
         LAB_SITE: 'berlin',
         PGPASSWORD: 'pg',
         DB_PASS: 'db',
+        NGROK_AUTHTOKEN: 'ngrok',
+        DATABASE_URL: 'postgres://u:pw@db/x',
         ANDROID_HOME: '/opt/android',
       };
       Object.assign(process.env, hostEnv);
@@ -100,6 +103,8 @@ describe('host command runners', () => {
         pg: null,
         db: null,
         android: '/opt/android',
+        ngrok: null,
+        dburl: null,
       });
     });
 

@@ -50,7 +50,8 @@ export async function loadFleetState(
 }
 
 function toResource(pool: string, d: SchedulerDevice, known: boolean): DeviceResource {
-  const why = known ? unavailableBecause(d) : 'not known to its pool yet';
+  // An offline host says more about a held device than its reservation does.
+  const why = !known ? 'not known to its pool yet' : !d.hostOnline ? 'host offline' : unavailableBecause(d);
   return {
     hostId: d.hostId,
     deviceId: d.deviceId,
