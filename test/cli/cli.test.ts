@@ -314,6 +314,8 @@ describe('fleet CLI', () => {
     const conflict = await fleet(['definitions', 'add', file]);
     assert.equal(conflict.code, 2, 'a different definition under the same name needs --replace');
     assert.match(conflict.stderr, /409/);
+    assert.match(conflict.stderr, /pass --replace/);
+    assert.doesNotMatch(conflict.stderr, /use PUT/);
     const replaced = await fleet(['definitions', 'add', file, '--replace', '--json']);
     assert.equal(replaced.code, 0, replaced.stderr);
     assert.equal(replaced.json().steps[0].name, 'step2');

@@ -2,7 +2,7 @@
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import type { DefinitionList, StoredDefinition } from '../../rest/definitions/schemas';
-import { seg } from '../api';
+import { ApiError, seg } from '../api';
 import { arg, flag, type Ctx } from '../context';
 import { table } from '../format';
 import { ExitCode, UsageError } from '../io';
@@ -46,9 +46,18 @@ async function add(ctx: Ctx): Promise<ExitCode> {
   if (!def || typeof def !== 'object' || typeof def.name !== 'string') {
     throw new UsageError(`${file} must hold a JSON object { "name": ..., "steps": [...] }`);
   }
+  const name = def.name;
   const d = flag(ctx, 'replace')
-    ? await ctx.api.put<StoredDefinition>(`/v1/workflow-definitions/${seg(def.name)}`, { steps: def.steps })
-    : await ctx.api.post<StoredDefinition>('/v1/workflow-definitions', def);
+    ? await ctx.api.put<StoredDefinition>(`/v1/workflow-definitions/${seg(name)}`, { steps: def.steps })
+    : await ctx.api.post<StoredDefinition>('/v1/workflow-definitions', def).catch((err: unknown) => {
+        // The API's hint names its own PUT; on the command line that is --replace.
+        if (err instanceof ApiError && err.status === 409)
+          throw new ApiError(409, {
+            ...err.problem,
+            detail: `definition ${name} already exists; pass --replace to replace it`,
+          });
+        throw err;
+      });
   ctx.print(`definition ${d.name} saved (${d.steps.length} steps)\n`, d);
   return ExitCode.ok;
 }
