@@ -135,27 +135,19 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
         clearInterval(renew);
         throw err;
       }
-      if (!claimed) {
-        clearInterval(renew);
-        if (ctx.cancellationSignal.aborted)
-          throw new CancelledFailure(`run stopped: ${String(ctx.cancellationSignal.reason)}`);
-        return refuse(
-          Reason.DeviceUnavailable,
-          `device ${a.deviceId} is still busy with an earlier assignment (asked to stop, not done within ${deps.takeoverWaitMs} ms)`,
-          true,
-        );
-      }
       claimedAt = Date.now();
-      // What may have changed while it waited for the device.
+      // Not claimed in time, or changed while it waited for the device.
       const device = deps.devices().get(a.deviceId);
-      const gone = unusable(device);
-      if (gone || superseded.signal.aborted || ctx.cancellationSignal.aborted) {
+      const refusal = claimed
+        ? unusable(device)
+        : `device ${a.deviceId} is still busy with an earlier assignment (asked to stop, not done within ${deps.takeoverWaitMs} ms)`;
+      if (refusal || superseded.signal.aborted || ctx.cancellationSignal.aborted) {
         clearInterval(renew);
-        deps.claims.release(a.deviceId, holder);
+        if (claimed) deps.claims.release(a.deviceId, holder);
         if (ctx.cancellationSignal.aborted)
           throw new CancelledFailure(`run stopped: ${String(ctx.cancellationSignal.reason)}`);
         if (superseded.signal.aborted) throw ApplicationFailure.nonRetryable('lease superseded', ErrorType.StaleLease);
-        return refuse(Reason.DeviceUnavailable, gone!, true);
+        return refuse(Reason.DeviceUnavailable, refusal!, true);
       }
       try {
         await deps.journal?.add({

@@ -4,7 +4,7 @@
  * control plane only ever sees the public halves (enrolled by an operator).
  */
 import { randomBytes } from 'node:crypto';
-import { chmodSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { bytesToHex, hexToBytes } from '@noble/curves/abstract/utils';
 import { ed25519, x25519 } from '@noble/curves/ed25519';
@@ -55,4 +55,47 @@ export function loadHostCredential(path: string): HostCredential {
     throw new Error(`host credential ${path} is malformed (expected hostId, signingKey, boxKey)`);
   }
   return raw as HostCredential;
+}
+
+/** The credential file given to enrol cannot be used as it is (not a credential, another host's). */
+export class CredentialFileError extends Error {
+  override name = 'CredentialFileError';
+}
+
+/**
+ * Enrols the credential in `out` through `enrol` (its public keys only): an existing file of this
+ * host as it is, or, when there is none or with `force`, a new credential. A new one is written
+ * beside `out` first and moved into place only once enrolled, so a refused enrolment leaves the
+ * credential in use as it was, and enrolled keys always have a file.
+ */
+export async function enrolCredentialFile<T>(
+  out: string,
+  hostId: string,
+  force: boolean,
+  enrol: (keys: HostPublicKeys) => Promise<T>,
+): Promise<{ result: T; fresh: boolean }> {
+  const fresh = force || !existsSync(out);
+  let credential: HostCredential;
+  if (fresh) credential = generateHostCredential(hostId);
+  else {
+    try {
+      credential = loadHostCredential(out);
+    } catch (err) {
+      throw new CredentialFileError(
+        `${out} exists and is not a host credential (${(err as Error).message}); pass --force to replace it`,
+      );
+    }
+    if (credential.hostId !== hostId)
+      throw new CredentialFileError(`${out} holds the credential of host ${credential.hostId}, not ${hostId}`);
+  }
+  const pending = fresh ? `${out}.${randomBytes(4).toString('hex')}.tmp` : undefined;
+  if (pending) saveHostCredential(pending, credential);
+  try {
+    const result = await enrol(publicKeys(credential));
+    if (pending) renameSync(pending, out);
+    return { result, fresh };
+  } catch (err) {
+    if (pending) rmSync(pending, { force: true });
+    throw err;
+  }
 }

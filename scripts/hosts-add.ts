@@ -6,14 +6,12 @@
  * makes a new one. Replacing the keys of an enrolled host needs --rotate: the host is offline until
  * it restarts with the new credential.
  */
-import { randomBytes } from 'node:crypto';
-import { existsSync, renameSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { loadControlPlaneConfig } from '../control-plane/config';
 import { connectClient, temporalSettingsFromEnv } from '../control-plane/connection';
 import { enrollHost } from '../control-plane/hosts';
-import { generateHostCredential, loadHostCredential, publicKeys, saveHostCredential } from '../host-worker/identity';
+import { enrolCredentialFile } from '../host-worker/identity';
 
 export async function addHost(
   hostId: string,
@@ -24,26 +22,12 @@ export async function addHost(
   const out = opts.out
     ? resolve(process.env.INIT_CWD ?? process.cwd(), opts.out)
     : join(__dirname, '..', '.data', 'hosts', `${hostId}.json`);
-  const fresh = !existsSync(out) || !!opts.force;
-  const credential = fresh ? generateHostCredential(hostId) : loadHostCredential(out); // existing: re-enrolled as it is
-  if (credential.hostId !== hostId) throw new Error(`${out} holds the credential of host ${credential.hostId}`);
-  // A new credential is written beside the target first and moved into place once enrolled: a
-  // refused enrolment leaves the credential in use as it was, and enrolled keys always have a file.
-  const pending = fresh ? `${out}.${randomBytes(4).toString('hex')}.tmp` : undefined;
-  if (pending) saveHostCredential(pending, credential);
   const client = await connectClient(temporalSettingsFromEnv());
   try {
-    const enrolled = await enrollHost(client, config, {
-      hostId,
-      pool: opts.pool ?? config.defaultPool,
-      keys: publicKeys(credential),
-      rotate: opts.rotate,
-    });
-    if (pending) renameSync(pending, out);
-    return { out, ...enrolled };
-  } catch (err) {
-    if (pending) rmSync(pending, { force: true });
-    throw err;
+    const { result } = await enrolCredentialFile(out, hostId, !!opts.force, (keys) =>
+      enrollHost(client, config, { hostId, pool: opts.pool ?? config.defaultPool, keys, rotate: opts.rotate }),
+    );
+    return { out, ...result };
   } finally {
     await client.connection.close();
   }

@@ -1,12 +1,11 @@
 /** /v1/hosts and /v1/devices (host workflows + pool scheduler, aggregated) and drain/undrain. */
 import assert from 'node:assert/strict';
-import request from 'supertest';
 import { generateHostCredential, publicKeys } from '../../host-worker/identity';
 import { deviceWorkflowId, hostWorkflowId } from '../../workflows/ids';
 import { hostStateQuery } from '../../workflows/messages';
 import { eventually, uid } from '../helpers/fleet';
 import { assertNoOverlappingReservations } from '../helpers/invariants';
-import { assertNoSecrets, assertProblem, auth, startRestFleet, type RestFleet, type Who } from './helpers';
+import { assertNoSecrets, assertProblem, callAs, startRestFleet, type RestFleet, type Who } from './helpers';
 
 interface Device {
   hostId: string;
@@ -38,15 +37,8 @@ describe('REST: hosts and devices', () => {
     await rf?.stop();
   });
 
-  const get = (who: Who, path: string) =>
-    request(rf.app)
-      .get(path)
-      .set(...auth(who));
-  const post = (who: Who, path: string, body?: object) =>
-    request(rf.app)
-      .post(path)
-      .set(...auth(who))
-      .send(body);
+  const get = (who: Who, path: string) => callAs(rf.app, who, 'get', path);
+  const post = (who: Who, path: string, body?: object) => callAs(rf.app, who, 'post', path).send(body);
   const devices = async (q = ''): Promise<Device[]> =>
     (await get('viewer', `/v1/devices?pool=${rf.f.pool}${q}`)).body.items;
   const device = async (id: string): Promise<Device | undefined> => (await devices()).find((d) => d.deviceId === id);
@@ -167,11 +159,7 @@ describe('REST: hosts and devices', () => {
   });
 
   it('PUT keys of an enrolled host: the same keys change nothing; another pool or other keys without rotate are 409', async () => {
-    const put = (body: object) =>
-      request(rf.app)
-        .put(`/v1/hosts/${hostId}/keys`)
-        .set(...auth('admin'))
-        .send(body);
+    const put = (body: object) => callAs(rf.app, 'admin', 'put', `/v1/hosts/${hostId}/keys`).send(body);
     const handle = rf.f.client.workflow.getHandle(hostWorkflowId(hostId));
     const before = await handle.query(hostStateQuery);
     const same = publicKeys(await rf.f.enroll('h1'));
@@ -198,10 +186,7 @@ describe('REST: removing a host', () => {
   after(async () => {
     await rf?.stop();
   });
-  const del = (who: Who, path: string) =>
-    request(rf.app)
-      .delete(path)
-      .set(...auth(who));
+  const del = (who: Who, path: string) => callAs(rf.app, who, 'delete', path);
 
   it('an offline host is removed: its devices leave the pool, its workflows end; online or unknown is refused; enrolling again starts afresh', async () => {
     const host = await rf.f.addHost('gone', [{ deviceId: 'g1' }, { deviceId: 'g2' }]);
@@ -238,9 +223,7 @@ describe('REST: removing a host', () => {
         `device workflow ${d} ended`,
       );
     }
-    const listed = await request(rf.app)
-      .get(`/v1/hosts?pool=${rf.f.pool}`)
-      .set(...auth('viewer'));
+    const listed = await callAs(rf.app, 'viewer', 'get', `/v1/hosts?pool=${rf.f.pool}`);
     assert.deepEqual(listed.body.items, []);
     assertProblem(await del('admin', `/v1/hosts/${hostId}`), 404, 'not-found');
 

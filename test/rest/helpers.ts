@@ -31,10 +31,15 @@ export const API_TOKENS: ApiToken[] = [
 export const auth = (who: Who): [string, string] => ['Authorization', `Bearer ${TOKEN[who]}`];
 
 /** A request by method name (supertest's agent methods, without computed member access). */
-export function call(app: Express, method: 'get' | 'post' | 'put', path: string): request.Test {
+export function call(app: Express, method: 'get' | 'post' | 'put' | 'delete', path: string): request.Test {
   const agent = request(app);
+  if (method === 'delete') return agent.delete(path);
   return method === 'get' ? agent.get(path) : method === 'post' ? agent.post(path) : agent.put(path);
 }
+
+/** The same, with `who`'s bearer token. */
+export const callAs = (app: Express, who: Who, method: 'get' | 'post' | 'put' | 'delete', path: string): request.Test =>
+  call(app, method, path).set(...auth(who));
 
 export interface RestFleet {
   f: Fleet;

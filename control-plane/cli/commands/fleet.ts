@@ -1,14 +1,6 @@
 /** hosts, devices, drain/undrain, and `hosts add` (a host credential made here, public keys enrolled). */
-import { randomBytes } from 'node:crypto';
-import { existsSync, renameSync, rmSync } from 'node:fs';
 import { resolve } from 'node:path';
-import {
-  generateHostCredential,
-  loadHostCredential,
-  publicKeys,
-  saveHostCredential,
-  type HostCredential,
-} from '../../../host-worker/identity';
+import { CredentialFileError, enrolCredentialFile } from '../../../host-worker/identity';
 import { isValidId, ID_RULE } from '../../../workflows/ids';
 import type { DeviceList, DrainResult, EnrollResult, HostList, RemoveResult } from '../../rest/fleet/schemas';
 import { query, seg } from '../api';
@@ -70,34 +62,20 @@ async function hostsAdd(ctx: Ctx): Promise<ExitCode> {
   if (ctx.args.length > 3) throw new UsageError(`unexpected argument "${ctx.args[3]}"`, ctx.usage);
   if (!isValidId(hostId)) throw new UsageError(`invalid host id "${hostId}": ${ID_RULE}`, ctx.usage);
   const out = resolve(ctx.io.cwd ?? process.cwd(), str(ctx, 'out') ?? `${hostId}.credential.json`);
-  const fresh = !existsSync(out) || flag(ctx, 'force');
-  let credential: HostCredential;
-  if (fresh) credential = generateHostCredential(hostId);
-  else {
-    try {
-      credential = loadHostCredential(out);
-    } catch (err) {
-      throw new UsageError(
-        `${out} exists and is not a host credential (${(err as Error).message}); pass --force to replace it`,
-      );
-    }
-    if (credential.hostId !== hostId)
-      throw new UsageError(`${out} holds the credential of host ${credential.hostId}, not ${hostId}`);
-  }
-  const pending = fresh ? `${out}.${randomBytes(4).toString('hex')}.tmp` : undefined;
-  if (pending) saveHostCredential(pending, credential);
-  let result: EnrollResult;
+  let enrolled: { result: EnrollResult; fresh: boolean };
   try {
-    result = await ctx.api.put<EnrollResult>(`/v1/hosts/${seg(hostId)}/keys`, {
-      pool: str(ctx, 'pool'),
-      keys: publicKeys(credential),
-      ...(flag(ctx, 'rotate') ? { rotate: true } : {}),
-    });
-    if (pending) renameSync(pending, out);
+    enrolled = await enrolCredentialFile(out, hostId, flag(ctx, 'force'), (keys) =>
+      ctx.api.put<EnrollResult>(`/v1/hosts/${seg(hostId)}/keys`, {
+        pool: str(ctx, 'pool'),
+        keys,
+        ...(flag(ctx, 'rotate') ? { rotate: true } : {}),
+      }),
+    );
   } catch (err) {
-    if (pending) rmSync(pending, { force: true });
+    if (err instanceof CredentialFileError) throw new UsageError(err.message);
     throw err;
   }
+  const { result, fresh } = enrolled;
   const summary = {
     hostId: result.hostId,
     pool: result.pool,

@@ -7,14 +7,14 @@ import type { SchedulerView } from '../../../workflows/messages';
 import { definitionTag, INLINE_STEPS_TAG } from '../../../workflows/ids';
 import { TaskEndedError, TaskNotFoundError, type SubmitRequest } from '../../client';
 import type { ControlPlaneConfig } from '../../config';
-import { TERMINAL_STATUSES, type TaskInput, type TaskPolicy, type TaskView } from '../../../workflows/types';
+import type { TaskInput, TaskPolicy, TaskView } from '../../../workflows/types';
 import { assertMayAccessTask, type Principal } from '../auth';
 import type { RestDeps } from '../context';
 import { HttpProblem, invalid } from '../problem';
 import { schedulerState } from '../temporal';
 import { presentTask } from './present';
 import { explainWait } from './queue';
-import type { PolicyOverride, SubmitTaskBody, TaskResource } from './schemas';
+import { isTerminal, type PolicyOverride, type SubmitTaskBody, type TaskResource } from './schemas';
 
 /** The full policy: the client's partial schema then has nothing left to fill with its own defaults. */
 export function mergePolicy(defaults: ControlPlaneConfig['taskDefaults'], o: PolicyOverride): TaskPolicy {
@@ -197,5 +197,5 @@ export async function cancelTask(deps: RestDeps, p: Principal, taskId: string): 
   }
   // The request is recorded on the server; the task may not have taken it in yet.
   const view = await deps.fleet.get(taskId);
-  return TERMINAL_STATUSES.includes(view.status) ? view : { ...view, cancelRequested: true };
+  return isTerminal(view.status) ? view : { ...view, cancelRequested: true };
 }
