@@ -153,11 +153,10 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
   /** Assignments that arrived when nobody wanted them: released before the workflow ends. */
   const stray: Assignment[] = [];
 
+  const root = CancellationScope.current();
   // A cancel shows from the moment it was requested, not only once the run let go (a query sends no command).
   setHandler(taskStateQuery, () =>
-    !state.cancelRequested && CancellationScope.current().consideredCancelled
-      ? { ...state, cancelRequested: true }
-      : state,
+    !state.cancelRequested && root.consideredCancelled ? { ...state, cancelRequested: true } : state,
   );
   setHandler(admissionSignal, (a) => {
     admission ??= a;
@@ -213,7 +212,6 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
     }
   };
 
-  const root = CancellationScope.current();
   /** Cleanup must reach the device and the scheduler even after the task was cancelled. */
   const uncancellable = <T>(fn: () => Promise<T>): Promise<T> => CancellationScope.nonCancellable(fn);
 
