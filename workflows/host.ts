@@ -158,6 +158,8 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
     { key: FleetHostId, value: hostId },
     { key: FleetPool, value: input.pool },
   ]);
+  /** The pool the FleetPool search attribute says (what the Web UI and REST's pool filter see). */
+  let indexedPool = input.pool;
 
   setHandler(hostStateQuery, () => view);
   setHandler(registerHostKeysSignal, ({ keys, rotate }) => {
@@ -420,6 +422,11 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
     sessionsOn();
     handled = beats;
     await publishIfChanged();
+    // The host was restarted with another pool in its configuration: index it under that one.
+    if (view.pool !== indexedPool && patched('host-pool-index-v1')) {
+      upsertSearchAttributes([{ key: FleetPool, value: view.pool }]);
+      indexedPool = view.pool;
+    }
     // Removed, and the pools were told (an empty device list): the run ends below.
     if (view.retired && handled === beats) break;
   }
@@ -452,6 +459,8 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
   await condition(allHandlersFinished);
   return await continueAsNew<typeof hostWorkflow>({
     ...input,
+    // The next run indexes the pool the host is in now, not the one it was enrolled with.
+    pool: view.pool,
     carried: { view, ensured: [...ensured], publishedPools: [...publishedPools], lastPublished, reconfirmAt },
   });
 }

@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { generateHostCredential, publicKeys } from '../../host-worker/identity';
 import { deviceWorkflowId, hostWorkflowId } from '../../workflows/ids';
 import { hostStateQuery } from '../../workflows/messages';
+import { FleetHostId, FleetPool } from '../../workflows/search-attributes';
 import { eventually, uid } from '../helpers/fleet';
 import { assertNoOverlappingReservations } from '../helpers/invariants';
 import { assertNoSecrets, assertProblem, callAs, startRestFleet, type RestFleet, type Who } from './helpers';
@@ -235,5 +236,44 @@ describe('REST: removing a host', () => {
     assert.equal(after.status, 'done');
     assert.equal(after.attempts[0].hostId, hostId);
     await assertNoOverlappingReservations(rf.f.client, [{ hostId, deviceId: 'g1' }]);
+  });
+
+  it('a host restarted with another pool is listed and indexed under that pool, not the old one', async () => {
+    const cred = await rf.f.enroll('mover');
+    const moverId = rf.f.hostId('mover');
+    const first = await rf.f.addHost('mover', [{ deviceId: 'm1' }], { credential: cred });
+    const indexed = async (pool: string): Promise<boolean> => {
+      for await (const wf of rf.f.client.workflow.list({
+        query: `FleetKind = 'host' AND FleetPool = "${pool}" AND ExecutionStatus = 'Running'`,
+      })) {
+        if (wf.typedSearchAttributes.get(FleetHostId) === moverId) return true;
+      }
+      return false;
+    };
+    await eventually(async () => ((await indexed(rf.f.pool)) ? true : undefined), 'indexed under its first pool');
+    await first.stop();
+    const moved = `${rf.f.pool}-moved`;
+    await rf.f.addHost('mover', [{ deviceId: 'm1' }], { credential: cred, pool: moved });
+    await eventually(
+      async () =>
+        (await rf.f.client.workflow.getHandle(hostWorkflowId(moverId)).query(hostStateQuery)).pool === moved
+          ? true
+          : undefined,
+      'the host workflow has the new pool',
+    );
+    await eventually(async () => ((await indexed(moved)) ? true : undefined), 'indexed under the new pool');
+    assert.equal(await indexed(rf.f.pool), false, 'no longer indexed under the old pool');
+    const d = await rf.f.client.workflow.getHandle(hostWorkflowId(moverId)).describe();
+    assert.equal(d.typedSearchAttributes.get(FleetPool), moved);
+    const inMoved = await callAs(rf.app, 'viewer', 'get', `/v1/hosts?pool=${moved}`);
+    assert.deepEqual(
+      inMoved.body.items.map((h: { hostId: string }) => h.hostId),
+      [moverId],
+    );
+    const inOld = await callAs(rf.app, 'viewer', 'get', `/v1/hosts?pool=${rf.f.pool}`);
+    assert.equal(
+      inOld.body.items.some((h: { hostId: string }) => h.hostId === moverId),
+      false,
+    );
   });
 });
