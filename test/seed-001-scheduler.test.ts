@@ -11,6 +11,7 @@ import { ensurePools } from '../control-plane/worker';
 import { ErrorType } from '../workflows/errors';
 import { schedulerWorkflowId } from '../workflows/ids';
 import { configureSchedulerUpdate } from '../workflows/messages';
+import { createSimRunners } from '../host-worker/sim';
 import { recordingRunners } from './helpers/runners';
 import { eventually, startFleet, uid, type Fleet } from './helpers/fleet';
 import { testEnv } from './setup';
@@ -151,6 +152,55 @@ describe('seed 001: task scheduler', () => {
     await f.fleet.cancel(a.taskId);
     const bDone = await f.waitForStatus(b.taskId, 'done');
     assert.equal(bDone.attempts[0].deviceId, 'd1');
+  });
+
+  it('A retry goes to another matching device, waiting for it if busy; the failing device only when no other could serve the task', async () => {
+    f = await startFleet('retry-elsewhere');
+    // "bad" fails every task it gets (a broken runner); "good" runs them.
+    await f.addHost('bad', [{ deviceId: 'b1', tags: ['cam'] }], {
+      runners: createSimRunners({ defaultOutcome: 'fail-retryable', defaultDurationMs: 50 }),
+    });
+    await f.addHost('good', [{ deviceId: 'g1' }]);
+    const good = f.hostId('good');
+    const bad = f.hostId('bad');
+    // g1 is busy: the task's first attempt can only go to b1.
+    const hold = await f.fleet.submit({
+      goal: 'hold [sim outcome=hang]',
+      constraints: { hostId: good, deviceId: 'g1', tags: [] },
+    });
+    await f.waitForStatus(hold.taskId, 'running');
+    const t = await f.fleet.submit({ goal: 'needs a working device' });
+    await f.waitFor(t.taskId, (v) => v.attempts.length === 1 && v.attempts[0].outcome !== undefined, 'attempt 1 ended');
+    // The retry waits for g1 although b1 is free, and says why in the pool's view.
+    const queued = await eventually(async () => {
+      const s = await f!.scheduler();
+      const q = s.queue.find((e) => e.taskId === t.taskId);
+      return q?.attempt === 2 ? { s, q } : undefined;
+    }, 'the retry queued');
+    assert.deepEqual(queued.q.avoid, [`${bad}/b1`]);
+    await sleep(1_000);
+    const waiting = await f.fleet.get(t.taskId);
+    assert.equal(waiting.attempts.length, 1, 'no second attempt on the device that failed it');
+    assert.equal((await f.scheduler()).devices.find((d) => d.deviceId === 'b1')?.reservedBy, undefined);
+    await f.fleet.cancel(hold.taskId);
+    const done = await f.fleet.wait(t.taskId, { timeoutMs: 30_000 });
+    assert.equal(done.status, 'done');
+    assert.deepEqual(
+      done.attempts.map((a) => [a.hostId, a.deviceId]),
+      [
+        [bad, 'b1'],
+        [good, 'g1'],
+      ],
+    );
+
+    // Only b1 has the tag: its retries stay on b1 (nothing else could serve it) up to maxAttempts.
+    const only = await f.fleet.submit({ goal: 'needs the camera', constraints: { tags: ['cam'] } });
+    const failed = await f.fleet.wait(only.taskId, { timeoutMs: 30_000 });
+    assert.equal(failed.status, 'failed');
+    assert.deepEqual(
+      failed.attempts.map((a) => a.deviceId),
+      ['b1', 'b1', 'b1'],
+    );
   });
 
   it('New strategy by name alone: the second strategy is selected by configuration only', async () => {

@@ -131,6 +131,48 @@ describe('assignment strategies (pure)', () => {
     }
   });
 
+  it('a retry avoids the devices it failed on: another free one first, the avoided one only if no other could serve it', () => {
+    for (const name of ['fifo_match', 'priority_aging']) {
+      const assign = (q: QueuedTask[], free: PoolDevice[], elsewhere?: boolean) =>
+        getStrategy(name)
+          .assign(q, free, {
+            now: 10,
+            agingMs: 1_000_000,
+            ...(elsewhere === undefined ? {} : { servableElsewhere: () => elsewhere }),
+          })
+          .map((p) => [p.task.taskId, p.device.deviceId]);
+      const retry = task('R', 1, { attempt: 2, avoid: ['h1/d1'] });
+      // Another free device matches: that one, whatever the order of the free list.
+      assert.deepEqual(assign([retry], [dev('d1'), dev('d2')], true), [['R', 'd2']], name);
+      // Only the avoided one is free and another device could serve it later: it waits...
+      assert.deepEqual(assign([retry], [dev('d1')], true), [], name);
+      // ...and the free device goes to the next task, which has nothing to avoid.
+      assert.deepEqual(assign([retry, task('B', 2)], [dev('d1')], true), [['B', 'd1']], name);
+      // No other device of the pool could serve it: the avoided one after all.
+      assert.deepEqual(assign([retry], [dev('d1')], false), [['R', 'd1']], name);
+      // A strategy call without the pool's answer ignores avoid (as before the change).
+      assert.deepEqual(assign([retry], [dev('d1')]), [['R', 'd1']], name);
+      // A waiting retry does not mark its constraints unmatched for tasks without an avoid list.
+      const shared = { tags: [] };
+      assert.deepEqual(
+        assign(
+          [task('R2', 1, { attempt: 2, avoid: ['h1/d1'], constraints: shared }), task('C', 2, { constraints: shared })],
+          [dev('d1')],
+          true,
+        ),
+        [['C', 'd1']],
+        name,
+      );
+    }
+  });
+
+  it('the avoid list survives packing for continue-as-new; entries without one stay without', () => {
+    const q = [task('A', 1), task('R', 2, { attempt: 3, avoid: ['h1/d1', 'h2/d9'] })];
+    const back = unpackQueue(JSON.parse(JSON.stringify(packQueue(q))));
+    assert.deepEqual(back, q);
+    assert.equal('avoid' in back[0], false);
+  });
+
   it('the interner shares one object per set of string constraints, and never merges a null with a missing field', () => {
     const intern = constraintInterner();
     const a = intern({ driverType: 'adb', tags: ['gpu'] });

@@ -27,6 +27,12 @@ export interface EnqueueRequest {
   holdMs: number;
   /** First enqueue of the task: subject to the admission limit and answered with `admission`. */
   first: boolean;
+  /**
+   * Devices (`deviceKey`) where this task's earlier attempts ended without success. The pool gives
+   * a retry another matching device when the pool has one that could serve it, even if it has to
+   * wait for it; an avoided device only when no other could.
+   */
+  avoid?: string[];
 }
 export interface HostDevicesUpdate {
   hostId: string;
@@ -67,6 +73,8 @@ export interface QueuedTaskView {
   enqueuedAt: number;
   attempt: number;
   constraints: TaskConstraints;
+  /** Devices this retry waits to avoid (its earlier attempts failed there). */
+  avoid?: string[];
 }
 export interface SchedulerView {
   pool: string;

@@ -44,6 +44,7 @@ import {
   taskReleasedSignal,
   type Admission,
   type DeviceReleased,
+  type EnqueueRequest,
   type SchedulerConfig,
   type SchedulerCounters,
 } from './messages';
@@ -53,6 +54,7 @@ import {
   constraintInterner,
   getStrategy,
   hasStrategy,
+  matches,
   packQueue,
   strategyNames,
   unpackQueue,
@@ -271,6 +273,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
       enqueuedAt: q.enqueuedAt,
       attempt: q.attempt,
       constraints: q.constraints,
+      ...(q.avoid ? { avoid: q.avoid } : {}),
     })),
     devices: [...devices.entries()].map(([k, d]) => {
       const h = held.get(k);
@@ -294,6 +297,12 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     { validator: validateSchedulerConfig },
   );
 
+  /** The devices a retry asks to avoid (bounded; only strings), from runs with this change on. */
+  const avoidOf = (req: EnqueueRequest): string[] | undefined => {
+    if (!Array.isArray(req.avoid) || req.avoid.length === 0) return undefined;
+    const keys = [...new Set(req.avoid.filter((k): k is string => typeof k === 'string'))].slice(0, 32);
+    return keys.length > 0 && patched('scheduler-avoid-failed-devices-v1') ? keys : undefined;
+  };
   setHandler(enqueueTaskSignal, (req) => {
     const existing = queueIndex(req.taskId);
     if ((existing >= 0 && queue[existing].attempt >= req.attempt) || isHeldFor(req.taskId, req.attempt)) {
@@ -319,6 +328,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
       enqueuedAt: Date.now(),
       attempt: req.attempt,
       holdMs: req.holdMs,
+      ...(avoidOf(req) ? { avoid: avoidOf(req) } : {}),
     });
     if (req.first) {
       counters.admitted++;
@@ -454,6 +464,24 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     !held.has(k) &&
     hostKeys.has(d.hostId);
 
+  /** A device of the pool outside `task.avoid` matches it and could take it, now or once free. */
+  const servableElsewhere = (task: QueuedTask): boolean => {
+    for (const [k, d] of devices) {
+      if (task.avoid?.includes(k) || !matches(task.constraints, d)) continue;
+      if (
+        !suspects.has(d.hostId) &&
+        d.hostOnline &&
+        !d.hostDrained &&
+        !d.deviceDrained &&
+        d.health === 'good' &&
+        d.state !== 'offline' &&
+        hostKeys.has(d.hostId)
+      )
+        return true;
+    }
+    return false;
+  };
+
   const dropExpiredHolds = (now: number): void => {
     for (const [k, h] of held) {
       if (h.until < now) {
@@ -483,7 +511,11 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     const free: PoolDevice[] = [];
     for (const [k, d] of devices) if (assignable(k, d)) free.push(d);
     if (free.length === 0) return none;
-    const pairs = getStrategy(config.strategy).assign(queue, free, { now: Date.now(), agingMs: config.agingMs });
+    const pairs = getStrategy(config.strategy).assign(queue, free, {
+      now: Date.now(),
+      agingMs: config.agingMs,
+      servableElsewhere,
+    });
     if (pairs.length === 0) return none;
     const taken = new Set(pairs.map((p) => p.task.taskId));
     for (let i = queue.length - 1; i >= 0; i--) if (taken.has(queue[i].taskId)) queue.splice(i, 1);

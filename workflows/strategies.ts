@@ -2,6 +2,7 @@
  * Assignment strategies, registered by name. Pure functions of (queue, free devices, now):
  * the scheduler workflow calls `getStrategy(name).assign(...)` and never branches on the name.
  */
+import { deviceKey } from './ids';
 import type { PoolDevice, TaskConstraints } from './types';
 
 export interface QueuedTask {
@@ -13,6 +14,8 @@ export interface QueuedTask {
   enqueuedAt: number;
   attempt: number;
   holdMs: number;
+  /** Devices (`deviceKey`) where earlier attempts of this task failed: another one first (see `greedy`). */
+  avoid?: string[];
 }
 
 /**
@@ -22,8 +25,11 @@ export interface QueuedTask {
  */
 export interface PackedQueue {
   constraints: TaskConstraints[];
-  /** [taskId, constraints index, priority, submittedAt, enqueuedAt, attempt, holdMs] */
-  rows: Array<[string, number, number, number, number, number, number]>;
+  /** [taskId, constraints index, priority, submittedAt, enqueuedAt, attempt, holdMs, avoid?] */
+  rows: Array<
+    | [string, number, number, number, number, number, number]
+    | [string, number, number, number, number, number, number, string[]]
+  >;
 }
 
 export function packQueue(queue: readonly QueuedTask[]): PackedQueue {
@@ -36,13 +42,15 @@ export function packQueue(queue: readonly QueuedTask[]): PackedQueue {
       i = constraints.push(t.constraints) - 1;
       index.set(key, i);
     }
-    return [t.taskId, i, t.priority, t.submittedAt, t.enqueuedAt, t.attempt, t.holdMs];
+    return t.avoid?.length
+      ? [t.taskId, i, t.priority, t.submittedAt, t.enqueuedAt, t.attempt, t.holdMs, t.avoid]
+      : [t.taskId, i, t.priority, t.submittedAt, t.enqueuedAt, t.attempt, t.holdMs];
   });
   return { constraints, rows };
 }
 
 export function unpackQueue(p: PackedQueue): QueuedTask[] {
-  return p.rows.map(([taskId, i, priority, submittedAt, enqueuedAt, attempt, holdMs]) => ({
+  return p.rows.map(([taskId, i, priority, submittedAt, enqueuedAt, attempt, holdMs, avoid]) => ({
     taskId,
     constraints: p.constraints[i],
     priority,
@@ -50,12 +58,18 @@ export function unpackQueue(p: PackedQueue): QueuedTask[] {
     enqueuedAt,
     attempt,
     holdMs,
+    ...(avoid?.length ? { avoid } : {}),
   }));
 }
 
 export interface StrategyContext {
   now: number;
   agingMs: number;
+  /**
+   * Whether a device of the pool other than the ones `task.avoid` names could serve the task, now
+   * or once it is free (online, healthy, not drained). Without it, `avoid` is ignored.
+   */
+  servableElsewhere?: (task: QueuedTask) => boolean;
 }
 
 export interface Pair {
@@ -121,15 +135,40 @@ export function constraintInterner(): (c: TaskConstraints) => TaskConstraints {
  * interns its queue's constraints (equal constraints share one object), so that is one walk per
  * distinct set of constraints. Measured by `npm run bench -- --scenario P5` (the strategy rows
  * with 100 idle devices of another kind).
+ *
+ * A retry that names devices to avoid (its earlier attempts failed there) gets a free matching
+ * device outside them; failing that, one of them only if no other device of the pool could serve it
+ * (`servableElsewhere`): otherwise it waits for one, so a broken device does not take every retry
+ * of the task that found it broken. Such tasks never enter the unmatched cache (their own list
+ * decides, not their constraints alone).
  */
-function greedy(orderedTasks: readonly QueuedTask[], freeDevices: readonly PoolDevice[]): Pair[] {
+function greedy(
+  orderedTasks: readonly QueuedTask[],
+  freeDevices: readonly PoolDevice[],
+  servableElsewhere?: (task: QueuedTask) => boolean,
+): Pair[] {
   const free = [...freeDevices];
   const pairs: Pair[] = [];
   const unmatched = new Set<TaskConstraints>();
   for (const task of orderedTasks) {
     if (free.length === 0) break;
     if (unmatched.has(task.constraints)) continue;
-    const i = free.findIndex((d) => matches(task.constraints, d));
+    const avoid = servableElsewhere && task.avoid?.length ? task.avoid : undefined;
+    let i: number;
+    if (avoid && servableElsewhere) {
+      i = -1;
+      let avoided = -1;
+      for (let j = 0; j < free.length && i < 0; j++) {
+        const d = free[j];
+        if (!matches(task.constraints, d)) continue;
+        if (!avoid.includes(deviceKey(d.hostId, d.deviceId))) i = j;
+        else if (avoided < 0) avoided = j;
+      }
+      if (i < 0 && avoided >= 0 && !servableElsewhere(task)) i = avoided;
+      if (i < 0) continue;
+    } else {
+      i = free.findIndex((d) => matches(task.constraints, d));
+    }
     if (i >= 0) {
       pairs.push({ task, device: free[i] });
       free.splice(i, 1);
@@ -148,16 +187,16 @@ const fifoMatch: AssignmentStrategy = {
   description: 'oldest matching task first, first matching idle device',
   // The queue is already oldest first: no copy, no sort, and the walk stops once every free device
   // is given, so a round costs O(assigned x free) when tasks match, not O(queue log queue).
-  assign: (queue, freeDevices) => greedy(queue, freeDevices),
+  assign: (queue, freeDevices, ctx) => greedy(queue, freeDevices, ctx.servableElsewhere),
 };
 
 const priorityAging: AssignmentStrategy = {
   name: 'priority_aging',
   description: 'highest priority first; every agingMs of waiting adds one to priority, so nothing starves',
-  assign(queue, freeDevices, { now, agingMs }) {
+  assign(queue, freeDevices, { now, agingMs, servableElsewhere }) {
     const effective = (t: QueuedTask) => t.priority + Math.max(0, now - t.submittedAt) / Math.max(1, agingMs);
     const ordered = [...queue].sort((a, b) => effective(b) - effective(a) || byAge(a, b));
-    return greedy(ordered, freeDevices);
+    return greedy(ordered, freeDevices, servableElsewhere);
   },
 };
 

@@ -27,7 +27,7 @@ import type * as controlActivities from '../activities/control-plane';
 import type { HostActivities } from '../host-worker/activities';
 import { ErrorType, Reason } from './errors';
 import { SignDomain, verifySignature, type HostPublicKeys } from './identity';
-import { deviceWorkflowId, hostTaskQueue, schedulerWorkflowId } from './ids';
+import { deviceKey, deviceWorkflowId, hostTaskQueue, schedulerWorkflowId } from './ids';
 import {
   admissionSignal,
   assignmentSignal,
@@ -201,6 +201,15 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
       holdMs,
       first,
     };
+    // A retry goes elsewhere when the pool has another device for it (the scheduler decides).
+    const failedOn = [
+      ...new Set(
+        state.attempts
+          .filter((a) => a.outcome !== undefined && a.outcome !== 'done')
+          .map((a) => deviceKey(a.hostId, a.deviceId)),
+      ),
+    ];
+    if (!first && failedOn.length > 0) req.avoid = failedOn;
     awaitingAttempt = attempt;
     try {
       await scheduler.signal(enqueueTaskSignal, req);

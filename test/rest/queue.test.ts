@@ -127,6 +127,23 @@ describe('REST: queue position and why a task waits', () => {
     assert.equal(first.position, 1);
   });
 
+  it('a retry waiting for another device than the one it failed on says so; none other: the usual answer', () => {
+    const me = task('me', { tags: ['camera'] });
+    const s = scheduler([me], [device('d1'), device('d2', { reservedBy: { taskId: 'x', leaseId: 'L', attempt: 1 } })]);
+    s.queue[0].avoid = ['h1/d1'];
+    const q = explainWait(me, s, NOW);
+    assert.equal(q.waitingFor, 'device');
+    assert.deepEqual(q.matchingDevices, { total: 2, idle: 1 });
+    assert.equal(
+      q.reason,
+      'waiting for a matching device other than the 1 device its earlier attempts failed on (h1/d1): 1 other matching device, all reserved',
+    );
+    // Only the avoided device could serve it: the scheduler gives it that one.
+    const alone = scheduler([me], [device('d1')]);
+    alone.queue[0].avoid = ['h1/d1'];
+    assert.equal(explainWait(me, alone, NOW).waitingFor, 'assignment');
+  });
+
   it('between attempts: the next attempt time and why the last one ended', () => {
     const next = NOW + 30_000;
     const t = task(

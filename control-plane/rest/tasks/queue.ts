@@ -3,6 +3,7 @@
  * (schedulerStateQuery): backoff before the next attempt, no idle matching device, or older tasks
  * that take the matching devices first.
  */
+import { deviceKey } from '../../../workflows/ids';
 import type { SchedulerView } from '../../../workflows/messages';
 import { matches } from '../../../workflows/strategies';
 import type { TaskConstraints, TaskView } from '../../../workflows/types';
@@ -99,6 +100,24 @@ export function explainWait(task: TaskView, s: SchedulerView | undefined, now: n
       waitingFor: 'device',
       reason: `no idle device matches ${describeConstraints(task.constraints)} (${detail})${competing > 0 ? `; ${behind}` : ''}`,
     };
+  }
+  // A retry waits for a device other than the ones its earlier attempts failed on (the scheduler's rule).
+  const avoid = order[index].avoid ?? [];
+  const avoided = (d: SchedulerDevice) => avoid.includes(deviceKey(d.hostId, d.deviceId));
+  if (avoid.length > 0 && idle.every(avoided)) {
+    const elsewhere = mine.filter(
+      (d) => !avoided(d) && (unavailableBecause(d) === undefined || unavailableBecause(d) === 'reserved'),
+    );
+    if (elsewhere.length > 0) {
+      return {
+        ...where,
+        waitingFor: 'device',
+        reason:
+          `waiting for a matching device other than the ${plural(avoid.length, 'device')} its earlier attempts failed on` +
+          ` (${avoid.join(', ')}): ${plural(elsewhere.length, 'other matching device')}, all reserved` +
+          `${competing > 0 ? `; ${behind}` : ''}`,
+      };
+    }
   }
   if (competing > 0) return { ...where, waitingFor: 'older_tasks', reason: behind };
   return { ...where, waitingFor: 'assignment', reason: 'an idle device matches: it is being assigned' };
