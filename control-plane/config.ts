@@ -4,7 +4,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
-import { DEFAULT_CONTROL_TASK_QUEUE, DEFAULT_POOL, hostTaskQueue } from '../workflows/ids';
+import { DEFAULT_CONTROL_TASK_QUEUE, DEFAULT_POOL, hostTaskQueue, ID_RULE, isValidId } from '../workflows/ids';
 import { DEFAULT_POLICY, MAX_ATTEMPTS_LIMIT } from '../workflows/policy';
 import { hasStrategy, strategyNames } from '../workflows/strategies';
 import type { SchedulerInput } from '../workflows/scheduler';
@@ -20,6 +20,12 @@ const strategyName = z.string().superRefine((name, ctx) => {
       message: `unknown assignment strategy "${name}"; registered: ${strategyNames().join(', ')}`,
     });
   }
+});
+
+/** Pool names follow the rule of every id: the one a host's (or a device's) `pool` and a task's must pass. */
+const poolNameProblem = (name: string): string => `"${name}" is not a valid pool name (${ID_RULE})`;
+const poolName = z.string().superRefine((name, ctx) => {
+  if (!isValidId(name)) ctx.addIssue({ code: 'custom', message: poolNameProblem(name) });
 });
 
 export const SchedulerConfigSchema = z.strictObject({
@@ -46,13 +52,18 @@ export const TaskPolicySchema = z.strictObject({
 /** Strict at every level: a misspelt key is an error, not a silently ignored setting. */
 export const ControlPlaneConfigSchema = z.strictObject({
   controlTaskQueue: z.string().min(1).default(DEFAULT_CONTROL_TASK_QUEUE),
-  defaultPool: z.string().min(1).default(DEFAULT_POOL),
+  defaultPool: poolName.default(DEFAULT_POOL),
   /**
    * Pools whose schedulers start with the control plane. A pool a host names that is not here
    * starts when the host first reports, with poolDefaults; a task for any other pool is refused.
    */
   pools: z
     .record(z.string(), SchedulerConfigSchema.prefault({}))
+    .superRefine((pools, ctx) => {
+      for (const name of Object.keys(pools)) {
+        if (!isValidId(name)) ctx.addIssue({ code: 'custom', message: poolNameProblem(name) });
+      }
+    })
     .default({ [DEFAULT_POOL]: SchedulerConfigSchema.parse({}) }),
   poolDefaults: SchedulerConfigSchema.prefault({}),
   taskDefaults: TaskPolicySchema.prefault({}),

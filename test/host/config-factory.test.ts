@@ -1,6 +1,7 @@
 /** Driver and runner configuration schemas, and the factory that builds drivers and runners from them. */
 import assert from 'node:assert/strict';
-import { resolve } from 'node:path';
+import { chmodSync, mkdirSync, writeFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
 import {
   CommandRunnerConfigSchema,
   DriverConfigSchema,
@@ -9,12 +10,14 @@ import {
   type RunnerConfigInput,
 } from '../../host-worker/config-schemas';
 import { AdbDriver, LocalDriver, SimDriver } from '../../host-worker/drivers';
-import { HostConfigSchema } from '../../host-worker/config';
+import { HostConfigSchema, hostConfigWarnings, loadHostConfig } from '../../host-worker/config';
 import { ConfigError, parseControlPlaneConfig } from '../../control-plane/config';
+import { parseLevelStrict } from '../../control-plane/log';
+import { executableProblem } from '../../host-worker/preflight';
 import { createDriver, createRunners } from '../../host-worker/factory';
 import { capabilityTags } from '../../host-worker/runners';
 import type { WorkflowStep } from '../../workflows/types';
-import { node, recordingContext } from './helpers';
+import { node, recordingContext, tempDirs } from './helpers';
 
 const driver = (input: DriverConfigInput) => DriverConfigSchema.parse(input);
 const runner = (input: RunnerConfigInput) => RunnerConfigSchema.parse(input);
@@ -22,6 +25,8 @@ const issues = (r: { success: boolean; error?: { issues: { path: PropertyKey[]; 
   (r.error?.issues ?? []).map((i) => `${i.path.join('.')}: ${i.message}`).join('\n');
 
 describe('host driver and runner configuration', () => {
+  const tmp = tempDirs();
+  after(() => tmp.cleanup());
   describe('driver schemas', () => {
     it('parses the sim driver with the same defaults as the existing host config', () => {
       assert.deepEqual(driver({ type: 'sim', devices: [{ deviceId: 'pixel-7', tags: ['camera'] }] }), {
@@ -95,6 +100,54 @@ describe('host driver and runner configuration', () => {
         assert.match(issues(r), new RegExp(`Unrecognized key: "${key}"`));
       }
     });
+    it('a root-level error in a host config file is printed at (root), as the control plane prints it', () => {
+      const path = join(tmp.make(), 'host.json');
+      writeFileSync(path, JSON.stringify({ ...host, snapshotIntervalMS: 1_000 }));
+      assert.throws(
+        () => loadHostConfig(path),
+        (err: Error) => {
+          assert.match(err.message, /\n {2}\(root\): Unrecognized key: "snapshotIntervalMS"/);
+          return true;
+        },
+      );
+    });
+    it('shutdownGraceMs: 5000 by default, a non-negative whole number of ms up to a day', () => {
+      assert.equal(HostConfigSchema.parse(host).shutdownGraceMs, 5_000);
+      assert.equal(HostConfigSchema.parse({ ...host, shutdownGraceMs: 600_000 }).shutdownGraceMs, 600_000);
+      assert.equal(HostConfigSchema.parse({ ...host, shutdownGraceMs: 0 }).shutdownGraceMs, 0);
+      for (const bad of [-1, 1.5, '5000', 2 * 24 * 60 * 60_000]) {
+        const r = HostConfigSchema.safeParse({ ...host, shutdownGraceMs: bad });
+        assert.equal(r.success, false, String(bad));
+        assert.match(issues(r), /^shutdownGraceMs: /, String(bad));
+      }
+    });
+    it("warns about a snapshotIntervalMs not comfortably less than the control plane's default snapshotTimeoutMs", () => {
+      assert.deepEqual(hostConfigWarnings(HostConfigSchema.parse(host)), [], 'the default 60 s is fine');
+      assert.deepEqual(hostConfigWarnings({ snapshotIntervalMs: 60_000 }), []);
+      for (const ms of [90_000, 180_000, 300_000]) {
+        const [w, ...more] = hostConfigWarnings({ snapshotIntervalMs: ms });
+        assert.equal(more.length, 0);
+        assert.match(
+          w ?? '',
+          new RegExp(`snapshotIntervalMs ${ms} is not comfortably less than .*snapshotTimeoutMs \\(180000 ms\\)`),
+        );
+      }
+    });
+    it('FLEET_LOG_LEVEL: a level (any case), unset or empty is info, anything else a clear error', () => {
+      assert.equal(parseLevelStrict(undefined), 'info');
+      assert.equal(parseLevelStrict(''), 'info');
+      assert.equal(parseLevelStrict('WARN'), 'warn');
+      assert.equal(parseLevelStrict('debug'), 'debug');
+      for (const bad of ['verbose', 'warning', 'constructor', ' info']) {
+        assert.throws(
+          () => parseLevelStrict(bad),
+          new RegExp(
+            `invalid FLEET_LOG_LEVEL ${JSON.stringify(JSON.stringify(bad)).slice(1, -1)}: expected one of trace, debug, info, warn, error`,
+          ),
+          bad,
+        );
+      }
+    });
     it('a control-plane config with a misspelt key at any level is an error naming it', () => {
       assert.equal(parseControlPlaneConfig({}).hostTimeoutMs, 30_000);
       for (const [raw, expected] of [
@@ -112,6 +165,28 @@ describe('host driver and runner configuration', () => {
             return true;
           },
         );
+      }
+    });
+    it('a pool name under pools (or defaultPool) must pass the id rule hosts apply, an error naming it', () => {
+      const pools = { 'lab-1': {}, 'ios.fleet:eu_2': {} };
+      assert.deepEqual(Object.keys(parseControlPlaneConfig({ pools }).pools), Object.keys(pools));
+      // The very names a host config refuses as its pool.
+      for (const bad of ['bad pool!', '', '-lab', 'lab/1', 'x'.repeat(129)]) {
+        assert.equal(HostConfigSchema.safeParse({ ...host, pool: bad }).success, false, bad);
+        for (const raw of [{ pools: { [bad]: {} } }, { defaultPool: bad }]) {
+          assert.throws(
+            () => parseControlPlaneConfig(raw),
+            (err: Error) => {
+              assert.ok(err instanceof ConfigError);
+              const field = 'pools' in raw ? 'pools' : 'defaultPool';
+              assert.ok(
+                err.message.includes(`${field}: "${bad}" is not a valid pool name (letters, digits,`),
+                err.message,
+              );
+              return true;
+            },
+          );
+        }
       }
     });
   });
@@ -150,6 +225,119 @@ describe('host driver and runner configuration', () => {
         assert.equal(r.success, false, JSON.stringify(input));
         assert.match(issues(r), expected, JSON.stringify(input));
       }
+    });
+  });
+
+  describe('start-up checks of the commands a host config names', () => {
+    const base = { hostId: 'lab-1', credentialFile: 'c.json', driver: { type: 'sim' } };
+    /** Loads a host config written to a temporary file; the error message, or 'loaded'. */
+    const load = (config: object, env: NodeJS.ProcessEnv = process.env): string => {
+      const path = join(tmp.make(), 'host.json');
+      writeFileSync(path, JSON.stringify({ ...base, ...config }));
+      try {
+        loadHostConfig(path, { env });
+        return 'loaded';
+      } catch (err) {
+        return (err as Error).message;
+      }
+    };
+    const command = (over: object) => ({ runner: { type: 'command', goalAs: 'argument', command: [node], ...over } });
+
+    it('refuses a command runner whose command[0] cannot start, naming the runner, the field and the value', () => {
+      const dir = tmp.make();
+      const plain = join(dir, 'not-executable');
+      writeFileSync(plain, '#!/bin/sh\n');
+      chmodSync(plain, 0o644);
+      const cases: [string, string][] = [
+        ['/nonexistent/agent', 'does not exist'],
+        [plain, 'is not executable'],
+        [dir, 'is a directory, not an executable file'],
+        ['no-such-agent-d41d8cd9', 'is not found on PATH'],
+        ['./relative/agent', 'does not exist'],
+      ];
+      for (const [cmd, problem] of cases) {
+        const message = load(command({ command: [cmd, '--goal'] }));
+        assert.ok(message.includes('names commands that cannot run on this machine'), message);
+        assert.ok(message.includes(`command runner: runner.command[0] ${JSON.stringify(cmd)} ${problem}`), message);
+      }
+      assert.equal(load(command({})), 'loaded', 'an absolute path to an executable');
+      assert.equal(load(command({ command: ['node'] }), { PATH: dirname(node) }), 'loaded', 'a bare name on PATH');
+      assert.match(
+        load(command({ command: ['node'] }), { PATH: '/nonexistent' }),
+        /"node" is not found on PATH \(\/nonexistent\)/,
+      );
+      assert.equal(
+        load(command({ command: ['node'], env: { PATH: dirname(node) } }), { PATH: '/nonexistent' }),
+        'loaded',
+        "the runner's own env PATH is the one its command sees",
+      );
+    });
+
+    it('refuses a command runner whose cwd does not exist or is not a directory; a relative command is looked up from it', () => {
+      const dir = tmp.make();
+      mkdirSync(join(dir, 'bin'));
+      writeFileSync(join(dir, 'bin', 'agent'), '#!/bin/sh\n');
+      chmodSync(join(dir, 'bin', 'agent'), 0o755);
+      const missing = join(dir, 'missing');
+      assert.ok(
+        load(command({ cwd: missing })).includes(
+          `command runner: runner.cwd ${JSON.stringify(missing)} does not exist`,
+        ),
+      );
+      const file = join(dir, 'bin', 'agent');
+      assert.ok(
+        load(command({ cwd: file })).includes(`command runner: runner.cwd ${JSON.stringify(file)} is not a directory`),
+      );
+      assert.equal(load(command({ cwd: dir, command: ['./bin/agent'] })), 'loaded');
+      assert.equal(load(command({ cwd: dir })), 'loaded');
+    });
+
+    it("checks the command runner's definition steps, the local health check and the adb executable too (not the sim runner's directives)", () => {
+      const definitions = {
+        smoke: [
+          { name: 'ok', command: [node] },
+          { name: 'build', command: ['/nonexistent/make'] },
+        ],
+      };
+      const message = load({ ...command({}), definitions });
+      assert.ok(
+        message.includes(
+          'definition "smoke" step "build" (command runner): definitions.smoke.1.command[0] "/nonexistent/make" does not exist',
+        ),
+        message,
+      );
+      assert.equal(
+        load({ definitions: { smoke: [{ name: 'install', command: ['install', '[sim duration=10]'] }] } }),
+        'loaded',
+      );
+      assert.ok(
+        load({ driver: { type: 'local', healthCheck: { command: ['/nonexistent/check'] } } }).includes(
+          'local driver health check: driver.healthCheck.command[0] "/nonexistent/check" does not exist',
+        ),
+      );
+      assert.equal(load({ driver: { type: 'local', healthCheck: { command: [node, '-e', '0'] } } }), 'loaded');
+      assert.ok(
+        load({ driver: { type: 'adb', adbPath: '/nonexistent/adb' } }).includes(
+          'adb driver: driver.adbPath "/nonexistent/adb" does not exist',
+        ),
+      );
+      assert.ok(
+        load({ driver: { type: 'adb' } }, { PATH: '/nonexistent' }).includes(
+          'adb driver: driver.adbPath "adb" is not found on PATH',
+        ),
+      );
+      assert.equal(load({ driver: { type: 'adb', adbPath: resolve(__dirname, '../fixtures/fake-adb') } }), 'loaded');
+    });
+
+    it('looks executables up like spawn: a path from the cwd, a bare name in PATH (empty entries: the cwd)', () => {
+      const dir = tmp.make();
+      writeFileSync(join(dir, 'tool'), '');
+      chmodSync(join(dir, 'tool'), 0o755);
+      assert.equal(executableProblem('tool', { cwd: dir, path: '' }), undefined);
+      assert.equal(executableProblem('tool', { cwd: dir, path: `/nonexistent:.` }), undefined);
+      assert.equal(executableProblem('./tool', { cwd: dir, path: '/nonexistent' }), undefined);
+      assert.match(executableProblem('tool', { cwd: '/', path: '/nonexistent' }) ?? '', /not found on PATH/);
+      assert.equal(executableProblem('sh', { path: undefined }), undefined, "libuv's default /usr/bin:/bin");
     });
   });
 
