@@ -48,20 +48,48 @@ async function main(): Promise<void> {
   const connection = await connectWorker(settings);
   const worker = await createControlPlaneWorker({ connection, client, config, namespace: settings.namespace });
   const running = worker.run(); // the schedulers need a running worker to apply their configuration
-  await ensurePools(client, config);
+  let stopping = false;
+  // A pool that cannot be started or configured (the namespace lacks the search attributes, its
+  // scheduler is stuck) must not keep the worker from serving every other workflow: said at error,
+  // and tried again in the background until it works.
+  const poolsReady = await ensurePools(client, config).then(
+    () => true,
+    (err: unknown) => {
+      log.error('could not start or configure the pools; trying again in the background', { error: err });
+      return false;
+    },
+  );
   log.info('control plane started', {
     taskQueue: config.controlTaskQueue,
     taskWorkflowTaskQueue: taskWorkflowQueue(config),
     pools: Object.keys(config.pools),
+    poolsReady,
     sdkMetrics: metricsAddress ? `http://${metricsAddress}/metrics` : 'off',
   });
+  if (!poolsReady) {
+    void (async () => {
+      for (let delayMs = 5_000; !stopping; delayMs = Math.min(delayMs * 2, 60_000)) {
+        await new Promise((r) => setTimeout(r, delayMs).unref());
+        if (stopping) return;
+        try {
+          await ensurePools(client, config);
+          log.info('pools started and configured', { pools: Object.keys(config.pools) });
+          return;
+        } catch (err) {
+          log.error('could not start or configure the pools; trying again', { error: err, nextInMs: delayMs * 2 });
+        }
+      }
+    })();
+  }
   // The SDK runtime already shuts the worker down on SIGINT/SIGTERM; this covers runtimes installed without that.
   const stop = () => {
+    stopping = true;
     worker.shutdown();
   };
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);
   await running;
+  stopping = true;
   log.info('control plane stopped');
   await connection.close();
   await client.connection.close();

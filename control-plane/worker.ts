@@ -6,12 +6,14 @@
  * device idle for a while could be pushed out and replay thousands of events) and grew the process
  * past 1.3 GiB at 10,000 queued (BENCHMARKS.md, P5).
  */
+import { isDeepStrictEqual } from 'node:util';
 import { type Client } from '@temporalio/client';
 import { bundleWorkflowCode, Runtime, Worker, type NativeConnection, type WorkflowBundle } from '@temporalio/worker';
 import { createControlPlaneActivities } from '../activities/control-plane';
 import { schedulerWorkflowId } from '../workflows/ids';
-import { configureSchedulerUpdate } from '../workflows/messages';
+import { configureSchedulerUpdate, schedulerConfigQuery } from '../workflows/messages';
 import type { schedulerWorkflow } from '../workflows/scheduler';
+import { ALL_SEARCH_ATTRIBUTES } from '../workflows/search-attributes';
 import { poolConfig, schedulerInput, taskWorkflowQueue, type ControlPlaneConfig } from './config';
 import { createSealingCodec } from './sealing';
 
@@ -106,24 +108,67 @@ export async function createControlPlaneWorker(opts: ControlPlaneWorkerOptions):
 
 /**
  * Starts the scheduler of every configured pool (no-op when it runs) and applies the configured
- * strategy and limits to it: a strategy is changed by configuration alone.
+ * strategy and limits to it: a strategy is changed by configuration alone. A scheduler that already
+ * has the configuration is only asked (a query writes nothing to its history), so a restart of the
+ * control plane sends it nothing. Every pool is tried; the first failure is thrown after that.
  */
 export async function ensurePools(client: Client, config: ControlPlaneConfig): Promise<void> {
+  const failures: unknown[] = [];
   for (const pool of Object.keys(config.pools)) {
-    const workflowId = schedulerWorkflowId(pool);
-    await client.workflow.start<typeof schedulerWorkflow>('schedulerWorkflow', {
-      workflowId,
-      taskQueue: config.controlTaskQueue,
-      args: [schedulerInput(config, pool)],
-      workflowIdConflictPolicy: 'USE_EXISTING',
-      staticSummary: `scheduler of pool ${pool}`,
+    try {
+      await ensurePool(client, config, pool);
+    } catch (err) {
+      failures.push(err);
+    }
+  }
+  if (failures.length > 0) throw await explainPoolFailure(client, failures[0]);
+}
+
+async function ensurePool(client: Client, config: ControlPlaneConfig, pool: string): Promise<void> {
+  const workflowId = schedulerWorkflowId(pool);
+  await client.workflow.start<typeof schedulerWorkflow>('schedulerWorkflow', {
+    workflowId,
+    taskQueue: config.controlTaskQueue,
+    args: [schedulerInput(config, pool)],
+    workflowIdConflictPolicy: 'USE_EXISTING',
+    staticSummary: `scheduler of pool ${pool}`,
+  });
+  // Not through the handle start() returns: attached to a running scheduler, that handle takes the
+  // current run for the first of its chain, and once the scheduler has continued-as-new the server
+  // finds no such chain (NOT_FOUND): every control-plane restart after a roll-over failed here.
+  // By workflow id alone the update reaches whichever run is current.
+  const handle = client.workflow.getHandle(workflowId);
+  const wanted = poolConfig(config, pool);
+  // A scheduler of a build without this query answers with an error: configure it as before.
+  const current = await handle.query(schedulerConfigQuery).catch(() => undefined);
+  if (current && isDeepStrictEqual({ ...current }, { ...wanted })) return;
+  await handle.executeUpdate(configureSchedulerUpdate, { args: [wanted] });
+}
+
+/** The `temporal operator search-attribute create --type` of each fleet attribute. */
+const CLI_TYPE: Record<string, string> = { KEYWORD: 'Keyword', INT: 'Int' };
+
+/** A start or update that failed because the namespace lacks the fleet's search attributes says so. */
+async function explainPoolFailure(client: Client, err: unknown): Promise<unknown> {
+  try {
+    const resp = await client.connection.operatorService.listSearchAttributes({
+      namespace: client.options.namespace,
     });
-    // Not through the handle start() returns: attached to a running scheduler, that handle takes the
-    // current run for the first of its chain, and once the scheduler has continued-as-new the server
-    // finds no such chain (NOT_FOUND): every control-plane restart after a roll-over failed here.
-    // By workflow id alone the update reaches whichever run is current.
-    await client.workflow.getHandle(workflowId).executeUpdate(configureSchedulerUpdate, {
-      args: [poolConfig(config, pool)],
-    });
+    const have = new Set(Object.keys(resp.customAttributes ?? {}));
+    const missing = ALL_SEARCH_ATTRIBUTES.filter((k) => !have.has(k.name));
+    if (missing.length === 0) return err;
+    return new Error(
+      `namespace ${client.options.namespace} lacks the fleet's search attributes ${missing.map((k) => k.name).join(', ')}; ` +
+        `create them (README, "Running on a real Temporal cluster"), e.g. ` +
+        missing
+          .map(
+            (k) =>
+              `temporal operator search-attribute create --namespace ${client.options.namespace} --name ${k.name} --type ${CLI_TYPE[k.type] ?? k.type}`,
+          )
+          .join('; '),
+      { cause: err },
+    );
+  } catch {
+    return err; // the operator service is not offered (Temporal Cloud) or did not answer
   }
 }

@@ -8,7 +8,13 @@ import { ConfigError, parseControlPlaneConfig, taskWorkflowQueue } from '../cont
 import { createControlPlaneWorker, type ControlPlaneWorkers } from '../control-plane/worker';
 import { deviceWorkflowId, schedulerWorkflowId, taskWorkflowId } from '../workflows/ids';
 import { testEnv, workflowBundle } from './setup';
-import { startFleet, uid, type Fleet } from './helpers/fleet';
+import { temporal } from '@temporalio/proto';
+import type Long from 'long';
+import { schedulerConfigQuery } from '../workflows/messages';
+import { ALL_SEARCH_ATTRIBUTES } from '../workflows/search-attributes';
+import { ensurePools } from '../control-plane/worker';
+import { eventually, startFleet, uid, type Fleet } from './helpers/fleet';
+import { spawnControlPlane } from './helpers/processes';
 
 describe('control-plane workers', () => {
   const make = async (input: Record<string, unknown>): Promise<ControlPlaneWorkers> => {
@@ -90,6 +96,56 @@ describe('control-plane workers', () => {
     await w.tasks.runUntil(Promise.resolve());
   });
 
+  it('a namespace without the fleet search attributes: the control plane names them and how to create them, keeps running, and starts the pools once they exist', async function () {
+    this.timeout(180_000);
+    const env = testEnv();
+    const namespace = uid('nosa');
+    await env.client.workflowService.registerNamespace({
+      namespace,
+      // A number where the type says Long: protobufjs takes either.
+      workflowExecutionRetentionPeriod: { seconds: 86_400 as unknown as Long },
+    });
+    await eventually(
+      () =>
+        env.client.workflowService
+          .listWorkflowExecutions({ namespace, pageSize: 1 })
+          .then(() => true)
+          .catch(() => undefined),
+      'the new namespace to answer',
+      60_000,
+    );
+    const config = parseControlPlaneConfig({
+      controlTaskQueue: uid('cp-nosa'),
+      defaultPool: 'lab',
+      pools: { lab: { strategy: 'fifo_match', maxQueueDepth: 10, agingMs: 60_000 } },
+    });
+    const p = spawnControlPlane(config, { TEMPORAL_NAMESPACE: namespace });
+    try {
+      await p.waitForOutput('control plane started', 90_000);
+      assert.match(p.output(), /lacks the fleet's search attributes FleetStatus, FleetPool/);
+      assert.match(
+        p.output(),
+        /temporal operator search-attribute create --namespace \S+ --name FleetAttempt --type Int/,
+      );
+      assert.match(p.output(), /"poolsReady":false/);
+      assert.equal(p.child.exitCode, null, 'still running');
+      const types = temporal.api.enums.v1.IndexedValueType;
+      await env.client.connection.operatorService.addSearchAttributes({
+        namespace,
+        searchAttributes: Object.fromEntries(
+          ALL_SEARCH_ATTRIBUTES.map((k) => [
+            k.name,
+            k.type === 'INT' ? types.INDEXED_VALUE_TYPE_INT : types.INDEXED_VALUE_TYPE_KEYWORD,
+          ]),
+        ),
+      });
+      await p.waitForOutput('pools started and configured', 120_000);
+    } finally {
+      p.kill('SIGTERM');
+      await p.exited;
+    }
+  });
+
   describe('on a running fleet', () => {
     let f: Fleet | undefined;
     afterEach(async () => {
@@ -109,6 +165,26 @@ describe('control-plane workers', () => {
       assert.equal(await queueOf(schedulerWorkflowId(f.pool)), f.config.controlTaskQueue);
       const [{ hostId, deviceId }] = done.attempts;
       assert.equal(await queueOf(deviceWorkflowId(hostId, deviceId)), f.config.controlTaskQueue);
+    });
+
+    it('a restart with the same pool configuration sends the schedulers nothing; a changed one is applied', async () => {
+      f = await startFleet('reconfigure');
+      const handle = f.client.workflow.getHandle(schedulerWorkflowId(f.pool));
+      const updates = async () => {
+        let n = 0;
+        for (const e of (await handle.fetchHistory()).events ?? []) {
+          if (e.workflowExecutionUpdateAcceptedEventAttributes) n++;
+        }
+        return n;
+      };
+      const before = await updates();
+      await ensurePools(f.client, f.config);
+      await ensurePools(f.client, f.config);
+      assert.equal(await updates(), before, 'no update for an unchanged configuration');
+      const changed = { ...f.config, pools: { [f.pool]: { ...f.config.pools[f.pool], maxQueueDepth: 7 } } };
+      await ensurePools(f.client, changed);
+      assert.equal(await updates(), before + 1);
+      assert.equal((await handle.query(schedulerConfigQuery)).maxQueueDepth, 7);
     });
 
     it('a task started on the control queue (by a submitter from before the split) still runs to its end', async () => {

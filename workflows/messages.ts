@@ -107,6 +107,8 @@ export const taskReleasedSignal = defineSignal<[DeviceReleased]>('taskReleased')
 export const reservationRefusedSignal = defineSignal<[ReservationRefused]>('reservationRefused');
 export const configureSchedulerUpdate = defineUpdate<SchedulerConfig, [SchedulerConfig]>('configureScheduler');
 export const schedulerStateQuery = defineQuery<SchedulerView>('schedulerState');
+/** The pool's configuration alone (small, unlike the whole view): the control plane compares before it configures. */
+export const schedulerConfigQuery = defineQuery<SchedulerConfig>('schedulerConfig');
 
 // ---- task/<taskId> ----
 export interface Admission {

@@ -40,6 +40,7 @@ import {
   reservationRefusedSignal,
   releaseDeviceSignal,
   reserveDeviceSignal,
+  schedulerConfigQuery,
   schedulerStateQuery,
   taskReleasedSignal,
   type Admission,
@@ -287,6 +288,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     runsSinceStart: runs,
   }));
 
+  setHandler(schedulerConfigQuery, () => config);
   setHandler(
     configureSchedulerUpdate,
     (next) => {

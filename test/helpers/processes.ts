@@ -25,8 +25,9 @@ export function spawnHost(config: HostConfigInput | { configPath: string }): Hos
   return Object.assign(p, { configPath: path });
 }
 
-export function spawnControlPlane(config: unknown): HostProcess {
-  return spawnEntry(join('control-plane', 'main.ts'), [], { FLEET_CONFIG: writeConfig('control', config) });
+/** `overrides` win over the test server's TEMPORAL_* (another namespace, say). */
+export function spawnControlPlane(config: unknown, overrides: Record<string, string> = {}): HostProcess {
+  return spawnEntry(join('control-plane', 'main.ts'), [], { FLEET_CONFIG: writeConfig('control', config) }, overrides);
 }
 
 function writeConfig(kind: string, config: unknown): string {
@@ -35,7 +36,12 @@ function writeConfig(kind: string, config: unknown): string {
   return path;
 }
 
-function spawnEntry(entry: string, args: string[], extraEnv: Record<string, string>): HostProcess {
+function spawnEntry(
+  entry: string,
+  args: string[],
+  extraEnv: Record<string, string>,
+  overrides: Record<string, string> = {},
+): HostProcess {
   const env = testEnv();
   const child = spawn(process.execPath, ['--import', 'tsx', join(__dirname, '..', '..', entry), ...args], {
     env: {
@@ -43,6 +49,7 @@ function spawnEntry(entry: string, args: string[], extraEnv: Record<string, stri
       ...extraEnv,
       TEMPORAL_ADDRESS: env.address,
       TEMPORAL_NAMESPACE: env.namespace ?? 'default',
+      ...overrides,
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
