@@ -248,6 +248,19 @@ describe('policy and classification (pure)', () => {
         `${field} reported in ${problems.join(' | ')}`,
       );
     }
+    // Started around the clients (straight through Temporal), an attempt limit past the bound is refused too.
+    const good = {
+      ...bad,
+      taskId: 't1',
+      pool: 'p',
+      work: { kind: 'goal', goal: 'g' },
+      constraints: { tags: [] },
+      priority: 0,
+    };
+    assert.deepEqual(validateTaskInput({ ...good, policy: { ...DEFAULT_POLICY, maxAttempts: 100 } } as TaskInput), []);
+    assert.deepEqual(validateTaskInput({ ...good, policy: { ...DEFAULT_POLICY, maxAttempts: 101 } } as TaskInput), [
+      'policy.maxAttempts: at most 100',
+    ]);
   });
 
   it('classifies activity failures into retryable/terminal and dispatch/lease classes', () => {

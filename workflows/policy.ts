@@ -87,6 +87,10 @@ export function validateTaskInput(input: TaskInput): string[] {
     ] as const) {
       if (!positiveInt(p[key])) problems.push(`policy.${key}: must be a positive integer`);
     }
+    // The clients refuse more too; this holds for a task started around them, so its history stays bounded.
+    if (positiveInt(p.maxAttempts) && p.maxAttempts > MAX_ATTEMPTS_LIMIT) {
+      problems.push(`policy.maxAttempts: at most ${MAX_ATTEMPTS_LIMIT}`);
+    }
     if (
       !p.backoff ||
       !(p.backoff.initialMs >= 0) ||
