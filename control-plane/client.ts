@@ -40,6 +40,7 @@ import {
   type Assignment,
   type IndexedStatus,
   type TaskInput,
+  type TaskResult,
   type TaskStatus,
   type TaskView,
 } from '../workflows/types';
@@ -373,13 +374,64 @@ export class FleetClient {
     }
   }
 
-  async get(taskId: string): Promise<TaskView> {
+  /** The task's live state, from its workflow (a query: a control-plane worker must answer it). */
+  async get(taskId: string, opts: { timeoutMs?: number } = {}): Promise<TaskView> {
+    const handle = this.client.workflow.getHandle(taskWorkflowId(taskId));
     try {
-      return await this.client.workflow.getHandle(taskWorkflowId(taskId)).query(taskStateQuery);
+      return opts.timeoutMs === undefined
+        ? await handle.query(taskStateQuery)
+        : await this.client.withDeadline(Date.now() + opts.timeoutMs, () => handle.query(taskStateQuery));
     } catch (err) {
       if ((err as Error)?.name === 'WorkflowNotFoundError') throw new TaskNotFoundError(`task ${taskId} not found`);
       throw err;
     }
+  }
+
+  /**
+   * The task as the server has it on record, without a worker: its request (the start input), its
+   * status (the indexed one, or how the run closed) and, once ended, its result (the close event).
+   * For when no control-plane worker answers `get`: attempts and progress are not in it, and
+   * `incomplete` says so.
+   */
+  async recorded(taskId: string): Promise<TaskView & { incomplete: string }> {
+    const handle = this.client.workflow.getHandle(taskWorkflowId(taskId));
+    let d: Awaited<ReturnType<typeof handle.describe>>;
+    try {
+      d = await handle.describe();
+    } catch (err) {
+      if ((err as Error)?.name === 'WorkflowNotFoundError') throw new TaskNotFoundError(`task ${taskId} not found`);
+      throw err;
+    }
+    const first = await this.client.workflowService.getWorkflowExecutionHistory({
+      namespace: this.client.options.namespace,
+      execution: { workflowId: d.workflowId, runId: d.runId },
+      maximumPageSize: 1,
+    });
+    const started = first.history?.events?.[0]?.workflowExecutionStartedEventAttributes;
+    const input = await decodeFromPayloadsAtIndex<TaskInput>(
+      this.client.workflow.options.loadedDataConverter,
+      0,
+      started?.input?.payloads,
+    );
+    if (!input?.taskId) throw new Error(`workflow ${d.workflowId} has no task input`);
+    const view: TaskView = initialTaskView(input, input.submittedAt ?? d.startTime.getTime());
+    view.admitted = undefined;
+    const indexed = d.typedSearchAttributes.get(FleetStatus) as TaskStatus | undefined;
+    if (indexed) view.status = indexed;
+    const cancelRequested = (d.raw.workflowExecutionInfo as { cancelRequested?: boolean } | null)?.cancelRequested;
+    if (cancelRequested) view.cancelRequested = true;
+    if (d.status.name !== 'RUNNING') {
+      view.status = indexed && TERMINAL_STATUSES.includes(indexed) ? indexed : closeStatus(d.status.name);
+      const result = await handle.result().then(
+        (r: unknown) => r,
+        (err: unknown) => (err instanceof WorkflowFailedError ? failureResult(err) : undefined),
+      );
+      if (isTaskResult(result)) view.result = result;
+    }
+    return {
+      ...view,
+      incomplete: 'no control-plane worker answered: this is the task as recorded, without its attempts and progress',
+    };
   }
 
   /**
@@ -479,6 +531,16 @@ export class FleetClient {
 }
 
 /** A closed task run's status when its FleetStatus was never written (terminated, timed out). */
+const isTaskResult = (r: unknown): r is TaskResult =>
+  !!r && typeof r === 'object' && typeof (r as TaskResult).status === 'string';
+
+/** The TaskResult a failed task workflow carries in its failure's details. */
+function failureResult(err: WorkflowFailedError): TaskResult | undefined {
+  const cause = err.cause;
+  const details = cause instanceof ApplicationFailure ? cause.details : undefined;
+  return isTaskResult(details?.[0]) ? details[0] : undefined;
+}
+
 function closeStatus(name: string): TaskStatus {
   return name === 'COMPLETED' ? 'done' : name === 'CANCELLED' ? 'cancelled' : 'failed';
 }

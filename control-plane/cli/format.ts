@@ -41,7 +41,7 @@ export function taskDetails(t: TaskResource): string {
     ['work', workOf(t)],
     ['constraints', constraintsOf(t)],
     ['priority', String(t.priority)],
-    ['attempts', `${t.attempts.length} of ${t.policy.maxAttempts}`],
+    ['attempts', t.incomplete ? `not known (${t.incomplete})` : `${t.attempts.length} of ${t.policy.maxAttempts}`],
     ['submitted', time(t.submittedAt)],
   ];
   if (t.current) rows.push(['current', `attempt ${t.current.attempt} on ${t.current.hostId}/${t.current.deviceId}`]);

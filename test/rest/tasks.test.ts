@@ -15,6 +15,7 @@ import {
   assertNoSecrets,
   assertProblem,
   auth,
+  callAs,
   parseSse,
   startRestFleet,
   textParser,
@@ -485,5 +486,56 @@ describe('REST: a full queue', () => {
       (await rf.f.fleet.list({ pool: rf.f.pool })).filter((t) => t.taskId === id).map((t) => t.status),
       ['queued'],
     );
+  });
+});
+
+describe('REST: with no control-plane worker running', () => {
+  let rf: RestFleet;
+  before(async () => {
+    rf = await startRestFleet('rest-noworker');
+    await rf.f.addHost('h1', [{ deviceId: 'd1' }]);
+  });
+  after(async () => {
+    await rf?.stop();
+  });
+
+  it('GET shows the task as recorded (status, request, result) and says it is incomplete; a cancel is taken and applied once a worker runs', async function () {
+    this.timeout(120_000);
+    const call = (method: 'get' | 'post', path: string) => callAs(rf.app, 'alice', method, path);
+    const done = await rf.f.fleet.submit({ goal: 'quick [sim duration=50]', owner: 'alice' });
+    assert.equal((await rf.f.fleet.wait(done.taskId, { timeoutMs: 30_000 })).status, 'done');
+    const running = (await call('post', '/v1/tasks').send({ goal: 'long [sim outcome=hang]' })).body.taskId as string;
+    await rf.f.waitForStatus(running, 'running');
+    await rf.f.stopControlPlane();
+
+    const live = await call('get', `/v1/tasks/${running}`);
+    assert.equal(live.status, 200, live.text);
+    assert.equal(live.body.status, 'running');
+    assert.equal(live.body.work.goal, 'long [sim outcome=hang]');
+    assert.match(live.body.incomplete, /no control-plane worker answered/);
+    assert.deepEqual(live.body.attempts, []);
+    const ended = await call('get', `/v1/tasks/${done.taskId}`);
+    assert.equal(ended.status, 200, ended.text);
+    assert.equal(ended.body.status, 'done');
+    assert.equal(ended.body.result.status, 'done');
+    assert.ok(ended.body.incomplete);
+    assertProblem(await call('get', `/v1/tasks/${uid('nobody')}`), 404, 'not-found');
+    // Another owner's task stays another owner's.
+    assertProblem(
+      await request(rf.app)
+        .get(`/v1/tasks/${running}`)
+        .set(...auth('bob')),
+      403,
+      'forbidden',
+    );
+
+    const cancelled = await call('post', `/v1/tasks/${running}/cancel`);
+    assert.equal(cancelled.status, 202, cancelled.text);
+    assert.equal(cancelled.body.cancelRequested, true);
+    assertProblem(await call('post', `/v1/tasks/${done.taskId}/cancel`), 409, 'task-ended');
+
+    await rf.f.startControlPlane();
+    const after = await rf.f.waitForStatus(running, 'cancelled', 60_000);
+    assert.equal(after.attempts.length, 1);
   });
 });

@@ -71,5 +71,6 @@ export function presentTask(v: TaskView, queue?: QueueInfo): TaskResource {
       : undefined,
     cancelRequested: v.cancelRequested,
     queue,
+    ...('incomplete' in v && typeof v.incomplete === 'string' ? { incomplete: v.incomplete } : {}),
   };
 }

@@ -147,6 +147,11 @@ export const TaskResourceSchema = z.object({
   cancelRequested: z.boolean(),
   /** Only while queued: where the task stands and why it waits. */
   queue: QueueInfoSchema.optional(),
+  /**
+   * Set when no control-plane worker answered: the task as recorded (request, status, result),
+   * without its attempts and progress, and why.
+   */
+  incomplete: z.string().optional(),
 });
 export type TaskResource = z.infer<typeof TaskResourceSchema>;
 

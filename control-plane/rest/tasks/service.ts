@@ -72,12 +72,25 @@ function fingerprint(
   );
 }
 
+/** How long a GET waits for a control-plane worker to answer before it shows the task as recorded. */
+const LIVE_VIEW_TIMEOUT_MS = 8_000;
+
+/**
+ * The task's live view, or, when no control-plane worker answers in time (it is down or
+ * restarting), the task as the server has it recorded (`recorded`: request, status, result; marked
+ * `incomplete`). Temporal itself not answering stays an error (503).
+ */
 export async function findTask(deps: RestDeps, taskId: string): Promise<TaskView | undefined> {
   try {
-    return await deps.fleet.get(taskId);
+    return await deps.fleet.get(taskId, { timeoutMs: LIVE_VIEW_TIMEOUT_MS });
   } catch (err) {
     if (err instanceof TaskNotFoundError) return undefined;
-    throw err;
+    try {
+      return await deps.fleet.recorded(taskId);
+    } catch (again) {
+      if (again instanceof TaskNotFoundError) return undefined;
+      throw err;
+    }
   }
 }
 
@@ -112,7 +125,8 @@ function sharedSchedulerState(client: Client, pool: string, fresh = false): Prom
 
 /** The task as the API shows it; a queued task also says where it stands in the queue and why. */
 export async function taskResource(deps: RestDeps, view: TaskView): Promise<TaskResource> {
-  if (view.status !== 'queued') return presentTask(view);
+  // Without a worker the scheduler cannot say where the task stands either.
+  if (view.status !== 'queued' || 'incomplete' in view) return presentTask(view);
   let s = await sharedSchedulerState(deps.client, view.pool);
   // A task newer than the shared answer (just admitted) must not be explained from it.
   if (s && !s.queue.some((q) => q.taskId === view.taskId)) s = await sharedSchedulerState(deps.client, view.pool, true);
@@ -187,7 +201,7 @@ export async function submitTask(
 }
 
 export async function cancelTask(deps: RestDeps, p: Principal, taskId: string): Promise<TaskView> {
-  await getTaskFor(deps, p, taskId); // 404 / 403 first
+  const before = await getTaskFor(deps, p, taskId); // 404 / 403 first
   try {
     await deps.fleet.cancel(taskId);
   } catch (err) {
@@ -195,7 +209,8 @@ export async function cancelTask(deps: RestDeps, p: Principal, taskId: string): 
       throw new HttpProblem('taskEnded', `task ${taskId} already ended with status ${err.status}: nothing to cancel`);
     throw err;
   }
-  // The request is recorded on the server; the task may not have taken it in yet.
-  const view = await deps.fleet.get(taskId);
+  // The request is recorded on the server; the task may not have taken it in yet (nor, with no
+  // control-plane worker running, until one runs again).
+  const view = 'incomplete' in before ? await deps.fleet.recorded(taskId) : ((await findTask(deps, taskId)) ?? before);
   return isTerminal(view.status) ? view : { ...view, cancelRequested: true };
 }
