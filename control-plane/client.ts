@@ -80,6 +80,23 @@ export class TaskEndedError extends Error {
     super(`task ${taskId} already ended with status ${status}: nothing to cancel`);
   }
 }
+/**
+ * `submit` with `admissionTimeoutMs`: the task was started (it is kept, and shows as queued) but its
+ * pool did not answer in time, typically because no control plane runs. It is admitted or refused
+ * once one does; submitting the same id again waits again and never starts a second run.
+ */
+export class AdmissionPendingError extends Error {
+  override name = 'AdmissionPendingError';
+  constructor(
+    public readonly taskId: string,
+    public readonly waitedMs: number,
+  ) {
+    super(
+      `task ${taskId} was started, but its pool did not admit it within ${waitedMs} ms (is a control plane running?); ` +
+        'it is kept, and will be admitted or refused once the pool answers',
+    );
+  }
+}
 /** `wait` gave up: the task has not ended within the time allowed (it goes on running). */
 export class TaskWaitTimeoutError extends Error {
   override name = 'TaskWaitTimeoutError';
@@ -214,11 +231,11 @@ export class FleetClient {
    * Starts the task (or finds the existing one with this id) and returns once its pool admitted it.
    * A repeat of an id returns the recorded task and runs nothing; a full queue throws QueueFullError.
    */
-  async submit(req: SubmitRequest): Promise<TaskView> {
+  async submit(req: SubmitRequest, opts: { admissionTimeoutMs?: number } = {}): Promise<TaskView> {
     const input = this.buildInput(req);
     await this.assertPoolExists(input.pool, input.taskId);
     try {
-      return await this.startAndAwaitAdmission(input, 'REJECT_DUPLICATE');
+      return await this.startAndAwaitAdmission(input, 'REJECT_DUPLICATE', opts.admissionTimeoutMs);
     } catch (err) {
       if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
     }
@@ -234,7 +251,7 @@ export class FleetClient {
     const rejected = latest.status.name !== 'RUNNING' && latest.typedSearchAttributes.get(FleetStatus) === 'rejected';
     if (!rejected) return this.get(input.taskId);
     try {
-      return await this.startAndAwaitAdmission(input, 'ALLOW_DUPLICATE_FAILED_ONLY');
+      return await this.startAndAwaitAdmission(input, 'ALLOW_DUPLICATE_FAILED_ONLY', opts.admissionTimeoutMs);
     } catch (err) {
       if (err instanceof WorkflowExecutionAlreadyStartedError) return this.get(input.taskId);
       throw err;
@@ -279,7 +296,11 @@ export class FleetClient {
    * billed action): the answer is the scheduler's `admission` or the device's `assignment` signal,
    * which the task's history records anyway, so the client long-polls that history (not billed).
    */
-  private async startAndAwaitAdmission(input: TaskInput, reuse: WorkflowIdReusePolicy): Promise<TaskView> {
+  private async startAndAwaitAdmission(
+    input: TaskInput,
+    reuse: WorkflowIdReusePolicy,
+    admissionTimeoutMs?: number,
+  ): Promise<TaskView> {
     const handle = await this.client.workflow.start<typeof taskWorkflow>('taskWorkflow', {
       workflowId: taskWorkflowId(input.taskId),
       taskQueue: taskWorkflowQueue(this.config),
@@ -297,7 +318,12 @@ export class FleetClient {
       staticSummary:
         input.work.kind === 'goal' ? `goal: ${input.work.goal.slice(0, 200)}` : `workflow: ${input.work.definition}`,
     });
-    const answer = await this.readAdmission(handle.workflowId, handle.firstExecutionRunId, input);
+    const answer =
+      admissionTimeoutMs === undefined
+        ? await this.readAdmission(handle.workflowId, handle.firstExecutionRunId, input)
+        : await this.within(admissionTimeoutMs, input, (given) =>
+            this.readAdmission(handle.workflowId, handle.firstExecutionRunId, input, given),
+          );
     if (answer.kind === 'closed') {
       // Refused (a full queue), invalid, or ended without an answer we saw: a rejection is typed.
       try {
@@ -321,6 +347,31 @@ export class FleetClient {
   }
 
   /**
+   * `read`'s answer, or AdmissionPendingError after `ms`. The read is not aborted (an aborted call
+   * is retried by the client's retry interceptor): it is told it was given up on, and stops after the
+   * long poll it is in.
+   */
+  private async within<R>(ms: number, input: TaskInput, read: (given: { up: boolean }) => Promise<R>): Promise<R> {
+    const given = { up: false };
+    let timer: NodeJS.Timeout | undefined;
+    const reading = read(given);
+    reading.catch(() => undefined); // once given up on, nobody waits for it
+    try {
+      return await Promise.race([
+        reading,
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(() => {
+            given.up = true;
+            reject(new AdmissionPendingError(input.taskId, ms));
+          }, ms);
+        }),
+      ]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /**
    * Follows one task run's history until the pool's answer, by the workflow's own rule: the first
    * `admission` signal, or an `assignment` for attempt 1 before any admission (the device's
    * assignment stands for the admission when a device was free at once). A refusal is followed by
@@ -331,6 +382,7 @@ export class FleetClient {
     workflowId: string,
     runId: string,
     input: TaskInput,
+    given: { up: boolean } = { up: false },
   ): Promise<{ kind: 'admitted'; startedAt: number; alreadyThere: boolean; ours: boolean } | { kind: 'closed' }> {
     const converter = this.client.workflow.options.loadedDataConverter;
     const decode = <T>(payloads: Parameters<typeof decodeFromPayloadsAtIndex>[2]) =>
@@ -339,7 +391,7 @@ export class FleetClient {
     let startedAt = Date.now();
     let ours = false;
     let refused = false;
-    for (let page = 0; ; page++) {
+    for (let page = 0; !given.up; page++) {
       // A long poll returns at each new batch of events: about 6.5 reads per submit in P3 (not billed).
       // Pausing between polls does not merge batches under load (they come seconds apart), so none.
       const res = await this.client.workflowService.getWorkflowExecutionHistory({
@@ -372,6 +424,7 @@ export class FleetClient {
       nextPageToken = res.nextPageToken?.length ? res.nextPageToken : undefined;
       if (!nextPageToken) return { kind: 'closed' };
     }
+    throw new AdmissionPendingError(input.taskId, 0); // given up on: nobody reads this
   }
 
   /** The task's live state, from its workflow (a query: a control-plane worker must answer it). */

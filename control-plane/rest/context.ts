@@ -13,6 +13,11 @@ export interface RestOptions {
   bodyLimitBytes?: number;
   /** Retry-After on 429 queue full (default 5 s). */
   queueFullRetryAfterSeconds?: number;
+  /**
+   * How long a submit waits for its pool to admit the task (default 30 s); past it the answer is
+   * 202 with the task queued and not yet admitted (no control plane running, say).
+   */
+  admissionTimeoutMs?: number;
   /** Signs list cursors; share it between replicas (default: random per process). */
   cursorKey?: Buffer;
   log?: (message: string, meta: Record<string, unknown>) => void;

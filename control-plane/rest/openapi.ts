@@ -86,6 +86,11 @@ const operations: Operation[] = [
     ok: [
       [201, 'admitted (status queued)', 'TaskResource'],
       [200, 'a repeat: the task submitted earlier with this id', 'TaskResource'],
+      [
+        202,
+        'started and kept, but its pool did not admit it within the admission timeout (no control plane running?): follow it by GET',
+        'TaskResource',
+      ],
     ],
     errors: ['validation', 'taskRejected', ...AUTH_ERRORS, 'idempotencyConflict', 'payloadTooLarge', 'queueFull'],
   },

@@ -534,8 +534,18 @@ describe('REST: with no control-plane worker running', () => {
     assert.equal(cancelled.body.cancelRequested, true);
     assertProblem(await call('post', `/v1/tasks/${done.taskId}/cancel`), 409, 'task-ended');
 
+    // A submit is started and kept: 202 after the admission timeout, admitted once a worker runs.
+    const app = rf.appWith(rf.f.fleet, { admissionTimeoutMs: 2_000 });
+    const pending = await callAs(app, 'alice', 'post', '/v1/tasks').send({
+      taskId: uid('later'),
+      goal: 'later [sim duration=50]',
+    });
+    assert.equal(pending.status, 202, pending.text);
+    assert.equal(pending.body.status, 'queued');
+    assert.equal(pending.headers.location, `/v1/tasks/${pending.body.taskId}`);
     await rf.f.startControlPlane();
     const after = await rf.f.waitForStatus(running, 'cancelled', 60_000);
     assert.equal(after.attempts.length, 1);
+    assert.equal((await rf.f.fleet.wait(pending.body.taskId, { timeoutMs: 60_000 })).status, 'done');
   });
 });

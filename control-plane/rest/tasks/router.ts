@@ -20,8 +20,8 @@ export function tasksRouter(deps: RestDeps): Router {
 
   r.post('/', requireRole('admin', 'submitter'), validate(Submit), async (_req, res) => {
     const { headers, body } = parsed(res, Submit);
-    const { view, created } = await submitTask(deps, principalOf(res), body, headers['idempotency-key']);
-    res.status(created ? 201 : 200).location(location(view.taskId));
+    const { view, created, pending } = await submitTask(deps, principalOf(res), body, headers['idempotency-key']);
+    res.status(pending ? 202 : created ? 201 : 200).location(location(view.taskId));
     if (!created) res.setHeader('Idempotent-Replayed', 'true');
     res.json(await taskResource(deps, view));
   });

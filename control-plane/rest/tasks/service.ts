@@ -5,7 +5,7 @@
 import type { Client } from '@temporalio/client';
 import type { SchedulerView } from '../../../workflows/messages';
 import { definitionTag, INLINE_STEPS_TAG } from '../../../workflows/ids';
-import { TaskEndedError, TaskNotFoundError, type SubmitRequest } from '../../client';
+import { AdmissionPendingError, TaskEndedError, TaskNotFoundError, type SubmitRequest } from '../../client';
 import type { ControlPlaneConfig } from '../../config';
 import type { TaskInput, TaskPolicy, TaskView } from '../../../workflows/types';
 import { assertMayAccessTask, type Principal } from '../auth';
@@ -137,7 +137,11 @@ export interface Submitted {
   view: TaskView;
   /** false: an earlier submission with this id is returned. */
   created: boolean;
+  /** Started, but the pool did not admit it within the admission timeout (202). */
+  pending?: boolean;
 }
+
+const DEFAULT_ADMISSION_TIMEOUT_MS = 30_000;
 
 export async function submitTask(
   deps: RestDeps,
@@ -194,7 +198,19 @@ export async function submitTask(
       return { view: existing, created: false };
     }
   }
-  const view = await deps.fleet.submit({ ...request, taskId: input.taskId });
+  let view: TaskView;
+  try {
+    view = await deps.fleet.submit(
+      { ...request, taskId: input.taskId },
+      { admissionTimeoutMs: deps.options?.admissionTimeoutMs ?? DEFAULT_ADMISSION_TIMEOUT_MS },
+    );
+  } catch (err) {
+    if (!(err instanceof AdmissionPendingError)) throw err;
+    // Started and kept, not answered yet: 202, and the caller follows it by GET (or submits again).
+    const started = await findTask(deps, input.taskId);
+    if (!started) throw err;
+    return { view: started, created: true, pending: true };
+  }
   // Two first submissions racing: the loser attached to the winner's task.
   if (!same(view)) throw conflict();
   return { view, created: true };
