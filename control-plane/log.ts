@@ -34,6 +34,22 @@ export function parseLevel(raw: string | undefined, fallback: Level = 'info'): L
   return l && l in RANK ? (l as Level) : fallback;
 }
 
+/**
+ * FLEET_LOG_LEVEL (or `raw`) as a level, strictly: unset or empty is `fallback`, anything that is not
+ * a level is an error naming the value (for a process that checks it at start-up, instead of
+ * `parseLevel`'s silent fallback).
+ */
+export function parseLevelStrict(
+  raw: string | undefined = process.env.FLEET_LOG_LEVEL,
+  fallback: Level = 'info',
+  name = 'FLEET_LOG_LEVEL',
+): Level {
+  if (raw === undefined || raw === '') return fallback;
+  const l = raw.toLowerCase();
+  if (Object.hasOwn(RANK, l)) return l as Level;
+  throw new Error(`invalid ${name} ${JSON.stringify(raw)}: expected one of ${Object.keys(RANK).join(', ')}`);
+}
+
 /** Errors become `{ name, message }` (stack only at debug); bigints become strings; cycles are cut. */
 function jsonSafe(value: unknown, withStack: boolean): unknown {
   const seen = new WeakSet<object>();

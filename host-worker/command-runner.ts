@@ -29,10 +29,12 @@
  *   - ctx.signal aborted → failed, retryable, reason `aborted` (resolved once the group is gone);
  *   - step timeout → failed, retryable, reason `step_timeout`;
  *   - the executable cannot be started → failed, retryable, reason `spawn_failed` (another host may
- *     be configured right); an argument or variable Node refuses (a NUL byte) → terminal, `invalid_argument`.
+ *     be configured right), its message naming a missing or unusable `cwd` when that is the cause;
+ *     an argument or variable Node refuses (a NUL byte) → terminal, `invalid_argument`. (The host
+ *     agent checks the configured executables and cwd at start-up: host-worker/preflight.ts.)
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { StringDecoder } from 'node:string_decoder';
 import type { WorkflowStep } from '../workflows/types';
 import { childProcessEnv } from './drivers/util';
@@ -215,7 +217,7 @@ export function runProcess(argv: readonly string[], o: RunProcessOptions): Promi
         windowsHide: true,
       });
     } catch (err) {
-      resolve({ end: 'spawn_failed', error: err as Error, tail: '', droppedLines: 0 });
+      resolve({ end: 'spawn_failed', error: explainSpawnError(err as Error, o.cwd), tail: '', droppedLines: 0 });
       return;
     }
     const pid = child.pid;
@@ -255,7 +257,7 @@ export function runProcess(argv: readonly string[], o: RunProcessOptions): Promi
 
     child.once('error', (err) => {
       // After a successful spawn, errors come from kill() and the like: the exit event still decides.
-      if (pid === undefined) settle({ end: 'spawn_failed', error: err });
+      if (pid === undefined) settle({ end: 'spawn_failed', error: explainSpawnError(err, o.cwd) });
     });
     child.once('spawn', () => {
       if (stopping) return;
@@ -283,6 +285,31 @@ export function runProcess(argv: readonly string[], o: RunProcessOptions): Promi
       })();
     });
   });
+}
+
+/**
+ * A spawn error that names its real cause. Node reports a missing working directory as the
+ * executable's ENOENT (`spawn /bin/echo ENOENT`), and one that is a file as a bare `spawn ENOTDIR`:
+ * when the spawn fails so and `cwd` is not a usable directory, the message says so (Node's words
+ * kept in parentheses, and its code on the error).
+ */
+export function explainSpawnError(err: Error, cwd: string | undefined): Error {
+  const code = (err as NodeJS.ErrnoException).code;
+  let why: string | undefined;
+  if (cwd !== undefined && (code === 'ENOENT' || code === 'ENOTDIR' || code === 'EACCES')) {
+    try {
+      if (!statSync(cwd).isDirectory()) why = `its working directory (cwd) "${cwd}" is not a directory`;
+    } catch (e) {
+      const c = (e as NodeJS.ErrnoException).code;
+      why =
+        c === 'ENOENT' || c === 'ENOTDIR'
+          ? `its working directory (cwd) "${cwd}" does not exist`
+          : `its working directory (cwd) "${cwd}" cannot be used (${c ?? String(e)})`;
+    }
+  }
+  if (!why && code === 'ENOENT') why = 'the executable (or the interpreter its #! line names) was not found';
+  if (!why) return err;
+  return Object.assign(new Error(`${why} (${err.message})`, { cause: err }), { code });
 }
 
 /** Turns a process result into a runner result (see the module comment). */

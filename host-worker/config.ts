@@ -4,8 +4,18 @@ import { dirname, resolve } from 'node:path';
 import { z } from 'zod';
 import { DEFAULT_POOL, ID_RULE, isValidId } from '../workflows/ids';
 import { DefinitionsConfigSchema, DriverConfigSchema, RunnerConfigSchema } from './config-schemas';
+import { hostConfigCommandProblems } from './preflight';
 
 const id = z.string().refine(isValidId, { message: ID_RULE });
+
+/** Default `shutdownGraceMs`: running assignments get 5 s to finish on a clean stop. */
+export const DEFAULT_SHUTDOWN_GRACE_MS = 5_000;
+export const MAX_SHUTDOWN_GRACE_MS = 24 * 60 * 60_000;
+/**
+ * The control plane's default `snapshotTimeoutMs` (workflows/host.ts: 6 x its default
+ * `hostTimeoutMs` of 30 s, at least 180 s): a host with no signed snapshot for that long goes offline.
+ */
+export const CONTROL_PLANE_SNAPSHOT_TIMEOUT_MS = 180_000;
 
 /** Strict, like the driver and runner objects: a misspelt key is an error, not a silently ignored setting. */
 export const HostConfigSchema = z.strictObject({
@@ -31,6 +41,11 @@ export const HostConfigSchema = z.strictObject({
   definitions: DefinitionsConfigSchema.default({}),
   /** Active assignments journal (0600). Relative to this file; default `<hostId>.journal.json` beside it. */
   journalFile: z.string().min(1).optional(),
+  /**
+   * On a clean stop (SIGINT/SIGTERM), how long running assignments may go on to finish before they
+   * are cancelled (each cancelled one costs its task an attempt). At most a day.
+   */
+  shutdownGraceMs: z.number().int().nonnegative().max(MAX_SHUTDOWN_GRACE_MS).default(DEFAULT_SHUTDOWN_GRACE_MS),
 });
 export type HostConfig = z.infer<typeof HostConfigSchema>;
 export type HostConfigInput = z.input<typeof HostConfigSchema>;
@@ -41,7 +56,37 @@ export interface LoadedHostConfig extends HostConfig {
   journalPath: string;
 }
 
-export function loadHostConfig(path: string): LoadedHostConfig {
+/** A zod issue as `path: message`, the root as `(root)` (as the control plane prints it). */
+export function formatIssue(issue: { path: PropertyKey[]; message: string }): string {
+  return `${issue.path.map(String).join('.') || '(root)'}: ${issue.message}`;
+}
+
+/**
+ * Settings that are valid but probably wrong, one line each, for a warning at start-up: a
+ * `snapshotIntervalMs` that is not comfortably (three times) less than the control plane's default
+ * `snapshotTimeoutMs` (180 s) lets one lost or late snapshot take the host offline.
+ */
+export function hostConfigWarnings(config: Pick<HostConfig, 'snapshotIntervalMs'>): string[] {
+  const warnings: string[] = [];
+  const limit = CONTROL_PLANE_SNAPSHOT_TIMEOUT_MS / 3;
+  if (config.snapshotIntervalMs > limit) {
+    warnings.push(
+      `snapshotIntervalMs ${config.snapshotIntervalMs} is not comfortably less than the control plane's default snapshotTimeoutMs (${CONTROL_PLANE_SNAPSHOT_TIMEOUT_MS} ms): ` +
+        `a host with no signed snapshot for that long goes offline, so one lost or late snapshot can take it offline. ` +
+        `Keep it at most ${limit} ms (or raise the host's snapshotTimeoutMs on the control plane to a few times it)`,
+    );
+  }
+  return warnings;
+}
+
+export interface LoadHostConfigOptions {
+  /** Refuse commands that cannot start on this machine (see preflight.ts). Default true. */
+  checkCommands?: boolean;
+  /** The environment the commands will see (PATH). Default process.env. */
+  env?: NodeJS.ProcessEnv;
+}
+
+export function loadHostConfig(path: string, opts: LoadHostConfigOptions = {}): LoadedHostConfig {
   let raw: unknown;
   try {
     raw = JSON.parse(readFileSync(path, 'utf8'));
@@ -50,9 +95,15 @@ export function loadHostConfig(path: string): LoadedHostConfig {
   }
   const r = HostConfigSchema.safeParse(raw);
   if (!r.success) {
-    throw new Error(
-      `invalid host config ${path}:\n  ${r.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('\n  ')}`,
-    );
+    throw new Error(`invalid host config ${path}:\n  ${r.error.issues.map(formatIssue).join('\n  ')}`);
+  }
+  if (opts.checkCommands !== false) {
+    const problems = hostConfigCommandProblems(r.data, opts.env);
+    if (problems.length) {
+      throw new Error(
+        `host config ${path} names commands that cannot run on this machine (the host would fail every task):\n  ${problems.join('\n  ')}`,
+      );
+    }
   }
   const dir = dirname(resolve(path));
   return {

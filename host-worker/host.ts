@@ -26,6 +26,8 @@ import { describeError } from '../control-plane/log';
 import { DeviceClaims } from './claims';
 import type { DeviceDriver } from './drivers';
 import type { Journal } from './journal';
+import { DEFAULT_SHUTDOWN_GRACE_MS } from './config';
+import { ProblemLog, snapshotProblem, type HostLog } from './logging';
 import { capabilityTags, type Runners } from './runners';
 import { createSimRunners } from './sim';
 
@@ -65,8 +67,19 @@ export interface HostOptions {
    * default 15 s, room for the command runner's kill grace. Refused (device_unavailable) after it.
    */
   takeoverWaitMs?: number;
-  log?(message: string, fields: Record<string, unknown>): void;
+  /**
+   * On stop, how long assignments still running may go on to finish before the worker cancels
+   * them (each cancelled one costs its task an attempt). Default 5 s (DEFAULT_SHUTDOWN_GRACE_MS, config.ts).
+   */
+  shutdownGraceMs?: number;
+  /** Each message with its level (info when left out). */
+  log?: HostLog;
 }
+
+/** The levels of the messages of the assignment activities (host-worker/activities.ts), which log without one. */
+const ACTIVITY_LEVELS: Record<string, 'warn' | 'error'> = {
+  'journal remove failed': 'error',
+};
 
 export interface HostAgent {
   readonly hostId: string;
@@ -88,13 +101,21 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
   const pool = opts.pool ?? DEFAULT_POOL;
   const namespace = opts.namespace ?? 'default';
   const snapshotIntervalMs = opts.snapshotIntervalMs ?? 60_000;
+  const shutdownGraceMs = opts.shutdownGraceMs ?? DEFAULT_SHUTDOWN_GRACE_MS;
+  if (!Number.isFinite(shutdownGraceMs) || shutdownGraceMs < 0) {
+    throw new Error(`shutdownGraceMs must be a number of milliseconds >= 0, got ${shutdownGraceMs}`);
+  }
+  const log: HostLog = (message, fields, level) => opts.log?.(message, fields, level);
+  /** Refused or failed snapshots: said once a minute while they go on, and once when they pass. */
+  const snapshotProblems = new ProblemLog(log, 'snapshots', 'snapshots are accepted again');
+  const discoveryProblems = new ProblemLog(log, 'device discovery', 'device discovery works again');
   const discoveryIntervalMs = Math.min(opts.discoveryIntervalMs ?? 10_000, snapshotIntervalMs);
   const bootId = randomUUID();
   const client = new Client({ connection: opts.clientConnection, namespace });
   const discover = async () => (opts.driver ? await opts.driver.discover() : (opts.devices ?? []));
   let devices = new Map((await discover()).map((d) => [d.deviceId, d]));
 
-  if (opts.journal) await reconcileJournal(opts.journal, opts.credential, client, opts.log);
+  if (opts.journal) await reconcileJournal(opts.journal, opts.credential, client, log);
   /**
    * Devices with a runner on them. A runner that will not stop keeps its device out of the pool
    * (reported offline) until it does, so the pool does not offer it again and again, each offer
@@ -102,13 +123,15 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
    */
   const claims = new DeviceClaims({
     onStuck: (deviceId) => {
-      opts.log?.('a runner asked to stop is still on its device: the device is out of rotation until it stops', {
-        deviceId,
-      });
+      log(
+        'a runner asked to stop is still on its device: the device is out of rotation until it stops',
+        { deviceId },
+        'warn',
+      );
       kick();
     },
     onFreed: (deviceId) => {
-      opts.log?.('the runner that would not stop has ended: the device is back in rotation', { deviceId });
+      log('the runner that would not stop has ended: the device is back in rotation', { deviceId }, 'warn');
       kick();
     },
   });
@@ -120,9 +143,11 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
   // tags on every device, so a task is only assigned where its definition runs.
   const capabilities = capabilityTags(runners.workflow);
   if (runners.workflow.definitions === undefined && runners.workflow.inlineSteps === undefined) {
-    opts.log?.('the workflow runner lists no definitions and no inline steps: no task by definition is assigned here', {
-      hostId,
-    });
+    log(
+      'the workflow runner lists no definitions and no inline steps: no task by definition is assigned here',
+      { hostId },
+      'warn',
+    );
   }
   let beginStop!: (how: 'announce' | 'silent') => void;
   const stopping = new Promise<'announce' | 'silent'>((resolve) => (beginStop = resolve));
@@ -139,7 +164,7 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
         bootId,
         stopping,
         sendSnapshot: () => sendSnapshot() /* defined below; called once the worker runs */,
-        log: opts.log,
+        log,
       }),
       ...createHostActivities({
         credential: opts.credential,
@@ -151,7 +176,7 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
         takeoverWaitMs: opts.takeoverWaitMs ?? DEFAULT_TAKEOVER_WAIT_MS,
         claims,
         journal: opts.journal,
-        log: opts.log,
+        log: (message, fields) => log(message, fields, ACTIVITY_LEVELS[message] ?? 'info'),
       }),
     },
     // A worker's slot count is fixed when it is created, and a host's devices are not (a lab
@@ -162,7 +187,8 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
     maxConcurrentActivityTaskExecutions:
       (opts.maxConcurrentAssignments ?? Math.max(MIN_ASSIGNMENT_SLOTS, devices.size)) + 2,
     identity: `host:${hostId}:${bootId.slice(0, 8)}`,
-    shutdownGraceTime: '5s',
+    // Then the worker cancels what still runs: each such attempt fails, costing its task an attempt.
+    shutdownGraceTime: shutdownGraceMs,
   });
 
   const snapshot = (): HostSnapshot => ({
@@ -187,9 +213,15 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
   // One snapshot at a time, each built when its turn comes: two on their way at once could land
   // out of order, and the host workflow refuses the older one as a replay.
   let queue: Promise<unknown> = Promise.resolve();
+  // Every snapshot's outcome is logged here (callers need not): a failure at its level, repeats
+  // held back while it persists, and once when snapshots go through again.
   const sendSnapshot = (): Promise<void> => {
     const turn = queue.then(sendOne);
     queue = turn.catch(() => undefined);
+    void turn.then(
+      () => closing || snapshotProblems.ok() /* nothing is sent once the host stops */,
+      (err: unknown) => snapshotProblems.failed(snapshotProblem(err, hostId, namespace)),
+    );
     return turn;
   };
   const sendOne = async (): Promise<void> => {
@@ -212,9 +244,7 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
   const running = worker.run();
   // The first snapshot may be refused (e.g. another process of this host reported a moment later
   // than us); the loop keeps trying, so it is not fatal. A host that is not enrolled says so here.
-  await sendSnapshot().catch((err) =>
-    opts.log?.('first snapshot not accepted; retrying', { error: describeError(err) }),
-  );
+  await sendSnapshot().catch(() => undefined /* logged by sendSnapshot */);
   // Single flight: while the control plane cannot answer (restarting, server down), snapshots must
   // not pile up as in-flight updates on the host workflow; the next tick sends a fresh one.
   let inFlight = false;
@@ -230,11 +260,25 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
     again = false;
     inFlight = true;
     (async () => {
-      if (opts.driver) devices = new Map((await discover()).map((d) => [d.deviceId, d]));
+      if (opts.driver) {
+        try {
+          devices = new Map((await discover()).map((d) => [d.deviceId, d]));
+        } catch (err) {
+          const error = describeError(err);
+          discoveryProblems.failed({
+            key: error,
+            level: 'warn',
+            message: 'device discovery failed; will retry',
+            fields: { error },
+          });
+          return;
+        }
+        discoveryProblems.ok();
+      }
       const due = Date.now() - lastSentAt >= snapshotIntervalMs - discoveryIntervalMs / 2;
       if (due || JSON.stringify(assignmentDevices(snapshot().devices)) !== lastSentKey) await sendSnapshot();
     })()
-      .catch((err) => opts.log?.('snapshot failed; will retry', { error: describeError(err) }))
+      .catch(() => undefined /* a snapshot's failure is logged by sendSnapshot */)
       .finally(() => {
         inFlight = false;
         if (again) tick();
@@ -283,7 +327,7 @@ export async function reconcileJournal(
   journal: Journal,
   credential: HostCredential,
   client: Client,
-  log?: (message: string, fields: Record<string, unknown>) => void,
+  log?: HostLog,
 ): Promise<number> {
   let reported = 0;
   for (const e of journal.entries()) {
@@ -312,7 +356,7 @@ export async function reconcileJournal(
           { outcome, sig },
         );
         reported++;
-        log?.('reported an interrupted attempt failed', { taskId: e.taskId, attempt: e.attempt });
+        log?.('reported an interrupted attempt failed', { taskId: e.taskId, attempt: e.attempt }, 'warn');
       } catch (err) {
         // Already timed out or completed: nothing to report.
         log?.('interrupted attempt already closed', { taskId: e.taskId, attempt: e.attempt, error: String(err) });

@@ -8,12 +8,16 @@
  *
  * A file that exists but cannot be read as this format is an error (`JournalCorruptError`), never an
  * empty journal: forgetting running work silently is worse than stopping. One process per journal
- * file; changes within the process are serialized.
+ * file (the host agent holds a `JournalLock` on it, see below); changes within the process are
+ * serialized.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdir, open, readFile, rename, unlink } from 'node:fs/promises';
+import { readFileSync, unlinkSync } from 'node:fs';
+import { mkdir, open, readFile, rename, stat, unlink } from 'node:fs/promises';
+import { hostname } from 'node:os';
 import { basename, dirname, join } from 'node:path';
 import { z } from 'zod';
+import type { HostLog } from './logging';
 
 export const JOURNAL_VERSION = 1;
 
@@ -108,7 +112,7 @@ export class Journal {
     const parsed = JournalEntrySchema.safeParse(entry);
     if (!parsed.success) {
       throw new Error(
-        `invalid journal entry: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`,
+        `invalid journal entry: ${parsed.error.issues.map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`).join('; ')}`,
       );
     }
     const e = parsed.data;
@@ -166,5 +170,255 @@ async function writeAtomically(path: string, text: string): Promise<void> {
     }
   } catch {
     // best effort
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// One host process per journal.
+
+/**
+ * What a journal lock file (`<journal>.lock`) holds: the process that holds it, and enough to tell
+ * whether that process is still the one that wrote it (a pid is reused; a machine restarts).
+ */
+export const LockOwnerSchema = z.object({
+  pid: z.number().int().positive(),
+  /** When the holder took the lock (ISO). */
+  startedAt: z.string(),
+  hostname: z.string(),
+  /** When the machine booted (ISO, from /proc/stat; Linux only). */
+  bootTime: z.string().optional(),
+  /** The kernel's boot id (Linux only): another one means the machine restarted since. */
+  bootId: z.string().optional(),
+  /** The holder's start time in clock ticks since boot (/proc/<pid>/stat; Linux only). */
+  processStart: z.string().optional(),
+  /** Random: tells this holder's lock from a later one on release. */
+  token: z.string(),
+});
+export type LockOwner = z.infer<typeof LockOwnerSchema>;
+
+/** Another live process holds the journal: this one must not start. */
+export class JournalLockedError extends Error {
+  override name = 'JournalLockedError';
+  constructor(
+    readonly lockPath: string,
+    readonly owner: LockOwner,
+  ) {
+    super(
+      `another host agent is running with this journal: ${lockPath} is held by pid ${owner.pid}` +
+        ` on ${owner.hostname} (since ${owner.startedAt}). Stop that process first; two host processes` +
+        ` with one credential and journal would report each other's running attempts as interrupted.` +
+        ` (If pid ${owner.pid} is not a host agent, remove the lock file.)`,
+    );
+  }
+}
+
+const readText = (path: string): string | undefined => {
+  try {
+    return readFileSync(path, 'utf8');
+  } catch {
+    return undefined;
+  }
+};
+
+/** The kernel's boot id, when the system has one (Linux). */
+function currentBootId(): string | undefined {
+  return readText('/proc/sys/kernel/random/boot_id')?.trim() || undefined;
+}
+
+function currentBootTime(): string | undefined {
+  const m = /^btime (\d+)$/m.exec(readText('/proc/stat') ?? '');
+  return m ? new Date(Number(m[1]) * 1_000).toISOString() : undefined;
+}
+
+/** A process's state and start time (clock ticks since boot) from /proc, when there is one. */
+function procStat(pid: number): { state: string; start: string } | undefined {
+  const stat = readText(`/proc/${pid}/stat`);
+  if (!stat) return undefined;
+  // pid (comm) state ppid ...; comm may contain spaces and parentheses; starttime is field 22.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return { state: fields[0], start: fields[19] };
+}
+
+/**
+ * Why the lock's holder is gone (the lock is stale), or undefined while it still runs: its pid is
+ * not alive (or a zombie), the machine restarted since it was taken (another boot id), or the pid
+ * now belongs to a process that started later (another start time).
+ */
+export function staleLockReason(owner: LockOwner): string | undefined {
+  try {
+    process.kill(owner.pid, 0);
+  } catch (err) {
+    // EPERM: alive, only not ours to signal.
+    if ((err as NodeJS.ErrnoException).code !== 'EPERM') return `its process ${owner.pid} is not running`;
+  }
+  const bootId = currentBootId();
+  if (owner.bootId && bootId && owner.bootId !== bootId) return 'the machine restarted since it was taken';
+  const st = procStat(owner.pid);
+  if (st && (st.state === 'Z' || st.state === 'X')) return `its process ${owner.pid} has exited`;
+  if (owner.processStart && st && st.start !== owner.processStart) {
+    return `pid ${owner.pid} now belongs to another process`;
+  }
+  return undefined;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * An exclusive lock on a journal: `<journal>.lock`, created with O_EXCL (mode 0600) holding its
+ * holder (`LockOwner`). A live holder makes `acquire` fail with `JournalLockedError`; a lock whose
+ * holder is gone (see `staleLockReason`: a crash or SIGKILL leaves one behind) is taken over, with
+ * an info log. The take-over itself happens under a short-lived `<journal>.lock.takeover` guard
+ * (also O_EXCL), so two processes starting at once cannot both take over the same stale lock.
+ * Released on a clean stop (`release`; `releaseSync` from an exit handler), only if it is still
+ * this holder's.
+ */
+export class JournalLock {
+  private released = false;
+
+  private constructor(
+    readonly path: string,
+    readonly owner: LockOwner,
+  ) {}
+
+  /** `<journal>.lock` beside the journal. */
+  static pathFor(journalPath: string): string {
+    return `${journalPath}.lock`;
+  }
+
+  static async acquire(journalPath: string, opts: { log?: HostLog; waitMs?: number } = {}): Promise<JournalLock> {
+    const path = JournalLock.pathFor(journalPath);
+    await mkdir(dirname(path), { recursive: true, mode: 0o700 });
+    const self = procStat(process.pid);
+    const owner: LockOwner = {
+      pid: process.pid,
+      startedAt: new Date().toISOString(),
+      hostname: hostname(),
+      bootTime: currentBootTime(),
+      bootId: currentBootId(),
+      processStart: self?.start,
+      token: randomBytes(12).toString('hex'),
+    };
+    const body = `${JSON.stringify(owner, null, 2)}\n`;
+    const deadline = Date.now() + (opts.waitMs ?? 5_000);
+    for (;;) {
+      try {
+        const fh = await open(path, 'wx', 0o600);
+        try {
+          await fh.writeFile(body, 'utf8');
+          await fh.sync();
+        } finally {
+          await fh.close();
+        }
+        return new JournalLock(path, owner);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'EEXIST') {
+          throw new Error(`cannot create journal lock ${path}: ${(err as Error).message}`, { cause: err });
+        }
+      }
+      const held = await readLock(path);
+      if (held.kind === 'owner' && !staleLockReason(held.owner)) throw new JournalLockedError(path, held.owner);
+      if (Date.now() > deadline) {
+        throw new Error(
+          `cannot take journal lock ${path}: it stays unreadable or keeps changing (another host process starting?)`,
+        );
+      }
+      if (held.kind !== 'missing') await takeOver(path, held.text, opts.log);
+      await sleep(25);
+    }
+  }
+
+  /** Removes the lock if it is still this holder's (not after another process took it over). */
+  async release(): Promise<void> {
+    if (this.released) return;
+    this.released = true;
+    const held = await readLock(this.path);
+    if (held.kind === 'owner' && held.owner.token === this.owner.token) await unlink(this.path).catch(() => undefined);
+  }
+
+  /** `release` for an exit handler (synchronous). */
+  releaseSync(): void {
+    if (this.released) return;
+    this.released = true;
+    const text = readText(this.path);
+    const parsed = text === undefined ? undefined : parseOwner(text);
+    if (parsed?.token !== this.owner.token) return;
+    try {
+      unlinkSync(this.path);
+    } catch {
+      // gone already
+    }
+  }
+}
+
+type Held = { kind: 'missing' } | { kind: 'invalid'; text: string } | { kind: 'owner'; owner: LockOwner; text: string };
+
+function parseOwner(text: string): LockOwner | undefined {
+  try {
+    const r = LockOwnerSchema.safeParse(JSON.parse(text));
+    return r.success ? r.data : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+async function readLock(path: string): Promise<Held> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { kind: 'missing' };
+    throw new Error(`cannot read journal lock ${path}: ${(err as Error).message}`, { cause: err });
+  }
+  const owner = parseOwner(text);
+  return owner ? { kind: 'owner', owner, text } : { kind: 'invalid', text };
+}
+
+/** A lock file this young with no valid content may be one being written right now. */
+const FRESH_LOCK_MS = 2_000;
+/** A take-over guard older than this was left by a process that died taking over. */
+const STALE_GUARD_MS = 10_000;
+
+/**
+ * Removes the stale lock `path` if it still holds `seen` (under the take-over guard, so no other
+ * process removes a lock taken meanwhile). Another state (changed, gone, an unreadable one still
+ * fresh) is left for the caller's next round.
+ */
+async function takeOver(path: string, seen: string, log?: HostLog): Promise<void> {
+  const guard = `${path}.takeover`;
+  try {
+    const fh = await open(guard, 'wx', 0o600);
+    await fh.close();
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    const age = await stat(guard).then(
+      (s) => Date.now() - s.mtimeMs,
+      () => 0,
+    );
+    if (age > STALE_GUARD_MS) await unlink(guard).catch(() => undefined);
+    return;
+  }
+  try {
+    const now = await readLock(path);
+    if (now.kind === 'missing' || now.text !== seen) return;
+    if (now.kind === 'invalid') {
+      const age = await stat(path).then(
+        (s) => Date.now() - s.mtimeMs,
+        () => 0,
+      );
+      if (age < FRESH_LOCK_MS) return;
+      await unlink(path);
+      log?.('took over an unreadable journal lock', { lock: path }, 'info');
+      return;
+    }
+    const why = staleLockReason(now.owner);
+    if (!why) return;
+    await unlink(path);
+    log?.(
+      'took over a stale journal lock: the host process that held it is gone',
+      { lock: path, stalePid: now.owner.pid, staleSince: now.owner.startedAt, why },
+      'info',
+    );
+  } finally {
+    await unlink(guard).catch(() => undefined);
   }
 }

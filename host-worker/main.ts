@@ -6,14 +6,17 @@ import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Runtime } from '@temporalio/worker';
 import { connectClient, connectWorker, temporalSettingsFromEnv } from '../control-plane/connection';
-import { createLog, SdkJsonLogger } from '../control-plane/log';
-import { loadHostConfig } from './config';
+import { createLog, parseLevelStrict, SdkJsonLogger } from '../control-plane/log';
+import { hostConfigWarnings, loadHostConfig } from './config';
 import { createDriver, createRunners } from './factory';
 import { DEFAULT_TAKEOVER_WAIT_MS, startHost } from './host';
 import { loadHostCredential } from './identity';
-import { Journal } from './journal';
+import { Journal, JournalLock } from './journal';
+import type { HostLog } from './logging';
 
 async function main(): Promise<void> {
+  // A misspelt level is an error, not a silent info.
+  const level = parseLevelStrict(process.env.FLEET_LOG_LEVEL);
   const { values } = parseArgs({ options: { config: { type: 'string', short: 'c' } } });
   const path = values.config ?? process.env.FLEET_HOST_CONFIG;
   if (!path) throw new Error('usage: npm run host -- --config <host.json>   (or FLEET_HOST_CONFIG=<file>)');
@@ -28,16 +31,22 @@ async function main(): Promise<void> {
   }
   // The SDK's own lines (and activity logs) as JSON too, like the agent's, before any connection.
   Runtime.install({
-    logger: new SdkJsonLogger('temporal'),
+    logger: new SdkJsonLogger('temporal', { level }),
     telemetryOptions: { logging: { filter: { core: 'WARN', other: 'ERROR' }, forward: {} } },
   });
-  const agentLog = createLog('host-agent', { hostId: config.hostId });
+  const agentLog = createLog('host-agent', { hostId: config.hostId }, { level });
+  const log: HostLog = (message, fields, lvl = 'info') => agentLog[lvl](message, fields);
+  for (const warning of hostConfigWarnings(config)) log(warning, {}, 'warn');
+  // One process per journal (and so per host): a second one started with this config stops here.
+  // A lock left by a crash (its process gone) is taken over.
+  const lock = await JournalLock.acquire(config.journalPath, { log });
+  // Released however the process ends but a crash (then the next start takes it over).
+  process.once('exit', () => lock.releaseSync());
   // A corrupt journal stops the host here, with the file named: nothing is silently forgotten.
   const journal = await Journal.open(config.journalPath);
   const settings = temporalSettingsFromEnv();
   const workerConnection = await connectWorker(settings);
   const client = await connectClient(settings);
-  const log = (message: string, fields: Record<string, unknown>) => agentLog.info(message, fields);
   const simDefaults =
     config.driver.type === 'sim'
       ? { defaultDurationMs: config.driver.defaultDurationMs, defaultOutcome: config.driver.defaultOutcome }
@@ -48,7 +57,9 @@ async function main(): Promise<void> {
     onSpawn: (pid, ctx) => {
       const entry = journal.entries().find((e) => e.taskId === ctx.taskId && e.attempt === ctx.attempt);
       if (entry)
-        void journal.add({ ...entry, pid }).catch((err) => log('journal pid not recorded', { error: String(err) }));
+        void journal
+          .add({ ...entry, pid })
+          .catch((err) => log('journal pid not recorded', { error: String(err) }, 'error'));
     },
   });
   const host = await startHost({
@@ -65,6 +76,7 @@ async function main(): Promise<void> {
     discoveryIntervalMs: config.discoveryIntervalMs,
     progressIntervalMs: config.progressIntervalMs,
     reportDelayMs: config.reportDelayMs,
+    shutdownGraceMs: config.shutdownGraceMs,
     // Room for a command runner's SIGTERM -> SIGKILL grace when a stale run must make way.
     takeoverWaitMs:
       config.runner?.type === 'command'
@@ -76,12 +88,24 @@ async function main(): Promise<void> {
     taskQueue: `fleet.host.${config.hostId}`,
     driver: config.driver.type,
     journal: config.journalPath,
+    shutdownGraceMs: config.shutdownGraceMs,
   });
   const stop = () => {
-    log('stopping', {});
+    // A second SIGINT or SIGTERM finds no handler: it kills the agent at once (like a crash).
+    process.removeListener('SIGINT', stop);
+    process.removeListener('SIGTERM', stop);
+    log('stopping: running assignments get shutdownGraceMs to finish, then they are cancelled', {
+      shutdownGraceMs: config.shutdownGraceMs,
+    });
     host.stop().then(
-      () => process.exit(0),
-      () => process.exit(1),
+      async () => {
+        await lock.release();
+        process.exit(0);
+      },
+      (err) => {
+        log('stop failed', { error: String(err) }, 'error');
+        process.exit(1);
+      },
     );
   };
   process.once('SIGINT', stop);

@@ -13,8 +13,8 @@ import { ApplicationFailure } from '@temporalio/common';
 import { SignDomain, sessionStopBody } from '../workflows/identity';
 import { hostWorkflowId } from '../workflows/ids';
 import type { HostSessionEnd } from '../workflows/types';
-import { describeError } from '../control-plane/log';
 import { sign, type HostCredential } from './identity';
+import type { HostLog } from './logging';
 
 export interface HostSessionActivities {
   /** Heartbeats until `maxMs` passed (then returns, and the workflow starts the next) or the host stops. */
@@ -32,8 +32,9 @@ export interface HostSessionDeps {
    * 'silent' fails it with nothing said, as a frozen host would look until its snapshots stop.
    */
   stopping: Promise<'announce' | 'silent'>;
+  /** Sends the signed snapshot; logs its own failures (the host's sendSnapshot does). */
   sendSnapshot(): Promise<void>;
-  log?(message: string, fields: Record<string, unknown>): void;
+  log?: HostLog;
 }
 
 /** Longest session the host accepts (the host workflow asks for 30 minutes). */
@@ -100,10 +101,12 @@ export function createHostSessionActivities(deps: HostSessionDeps): HostSessionA
             // or cut off, so it may be offline now and nothing tells it), or the host workflow's
             // run moved on. A snapshot now brings it back.
             if (stopHow === undefined) {
-              deps.log?.('liveness session lost; sending a snapshot', {
-                reason: String(ctx.cancellationSignal.reason),
-              });
-              deps.sendSnapshot().catch((e) => deps.log?.('snapshot failed; will retry', { error: describeError(e) }));
+              deps.log?.(
+                'liveness session lost; sending a snapshot',
+                { reason: String(ctx.cancellationSignal.reason) },
+                'warn',
+              );
+              deps.sendSnapshot().catch(() => undefined /* logged by sendSnapshot */);
             }
             throw err;
           }

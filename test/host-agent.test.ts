@@ -3,13 +3,17 @@
  * health, drain, and outbound-only operation.
  */
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, readdirSync, readlinkSync, unlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { temporal } from '@temporalio/proto';
+import { enrollHost } from '../control-plane/hosts';
+import { generateHostCredential, publicKeys, saveHostCredential } from '../host-worker/identity';
 import { hostWorkflowId } from '../workflows/ids';
 import { hostStateQuery, setDeviceDrainSignal, setHostDrainSignal } from '../workflows/messages';
-import { eventually, sessionRunning, startFleet, type Fleet } from './helpers/fleet';
+import { eventually, sessionRunning, startFleet, uid, type Fleet } from './helpers/fleet';
+import { spawnHost as spawnHostProcess, type HostProcess } from './helpers/processes';
+import { testEnv } from './setup';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -288,6 +292,52 @@ describe('host journal and restart (seed 004)', () => {
     await f.fleet.cancel(taskId);
   });
 
+  it('A second host process with the same config is refused while the first runs (journal lock); a crashed one’s stale lock is taken over; a clean stop releases it', async () => {
+    f = await startFleet('journal-lock');
+    const first = await f.spawnHost('A', ['a1'], { hostTimeoutMs: 60_000 });
+    const lock = join(dirname(f.hostConfigPath('A')!), `${f.hostId('A')}.journal.json.lock`);
+    const { taskId } = await f.fleet.submit({
+      goal: 'long [sim outcome=hang duration=300]',
+      policy: { leaseTimeoutMs: 60_000 },
+    });
+    await f.waitForStatus(taskId, 'running');
+    const second = await f.spawnHost('A', ['a1'], { restart: true, expectStart: false });
+    const code = await Promise.race([second.exited, sleep(30_000).then(() => 'still running')]);
+    second.kill('SIGKILL');
+    assert.notEqual(code, 0, second.output());
+    assert.notEqual(code, 'still running', `the second host started:\n${second.output()}`);
+    assert.ok(
+      second
+        .output()
+        .includes(
+          `JournalLockedError: another host agent is running with this journal: ${lock} is held by pid ${first.child.pid}`,
+        ),
+      second.output(),
+    );
+    assert.ok(!second.output().includes('host started'));
+    assert.equal(JSON.parse(readFileSync(lock, 'utf8')).pid, first.child.pid, 'the lock names the running host');
+    await sleep(1_000);
+    const t = await f.fleet.get(taskId);
+    assert.deepEqual(
+      [t.status, t.attempts.length, t.attempts[0].outcome],
+      ['running', 1, undefined],
+      'the live attempt was left alone',
+    );
+    // A crash leaves the lock behind; the next start takes it over and reports the interrupted attempt.
+    first.kill('SIGKILL');
+    await first.exited;
+    assert.ok(existsSync(lock), 'a SIGKILLed host leaves its lock');
+    const third = await f.spawnHost('A', ['a1'], { restart: true });
+    assert.ok(third.output().includes('took over a stale journal lock'), third.output());
+    assert.equal(JSON.parse(readFileSync(lock, 'utf8')).pid, third.child.pid);
+    const ended = await f.waitFor(taskId, (v) => v.attempts[0]?.outcome !== undefined, 'attempt 1 ended', 30_000);
+    assert.equal(ended.attempts[0].reason, 'host_restarted');
+    await f.fleet.cancel(taskId);
+    third.kill('SIGTERM');
+    assert.equal(await third.exited, 0, third.output());
+    assert.equal(existsSync(lock), false, 'a clean stop releases the lock');
+  });
+
   it('A corrupt journal stops the host from starting with a clear error', async () => {
     f = await startFleet('journal-corrupt');
     const first = await f.spawnHost('A', ['a1']);
@@ -454,5 +504,153 @@ describe('command runner lifecycle through the whole system', () => {
     const t = await f.waitForStatus(taskId, 'cancelled');
     assert.equal(t.attempts.length, 1);
     await eventually(async () => (!alive(parent) && !alive(child) ? true : undefined), 'process group gone', 10_000);
+  });
+});
+
+describe('host start-up checks and log levels', () => {
+  let f: Fleet | undefined;
+  const procs: HostProcess[] = [];
+  const savedLevel = process.env.FLEET_LOG_LEVEL;
+  afterEach(async () => {
+    for (const p of procs.splice(0)) p.kill('SIGKILL');
+    await f?.stop();
+    f = undefined;
+    if (savedLevel === undefined) delete process.env.FLEET_LOG_LEVEL;
+    else process.env.FLEET_LOG_LEVEL = savedLevel;
+  });
+
+  it('A host whose command runner cannot start (command[0] or cwd) refuses to start, naming the runner, the field and the value', async () => {
+    f = await startFleet('startup-checks');
+    const cwd = join(tmpdir(), uid('no-such-dir'));
+    await assert.rejects(
+      f.spawnHost('A', ['a1'], {
+        config: {
+          runner: { type: 'command', command: ['/nonexistent/agent', '--goal'], goalAs: 'argument', cwd },
+        },
+      }),
+      (err: Error) => {
+        assert.match(err.message, /process exited before "host started"/);
+        assert.ok(
+          err.message.includes(`command runner: runner.cwd ${JSON.stringify(cwd)} does not exist`),
+          err.message,
+        );
+        return true;
+      },
+    );
+    await assert.rejects(
+      f.spawnHost('B', ['b1'], {
+        config: { runner: { type: 'command', command: ['/nonexistent/agent', '--goal'], goalAs: 'argument' } },
+      }),
+      /command runner: runner\.command\[0\] "\/nonexistent\/agent" does not exist/,
+    );
+  });
+
+  it('An invalid FLEET_LOG_LEVEL stops the host at start-up with a clear error', async () => {
+    f = await startFleet('startup-log-level');
+    process.env.FLEET_LOG_LEVEL = 'verbose';
+    await assert.rejects(
+      f.spawnHost('A', ['a1']),
+      /invalid FLEET_LOG_LEVEL "verbose": expected one of trace, debug, info, warn, error/,
+    );
+  });
+
+  it("A snapshotIntervalMs not comfortably under the control plane's snapshotTimeoutMs is a warning at start-up", async () => {
+    f = await startFleet('startup-snapshot-interval');
+    const host = await f.spawnHost('A', ['a1'], { snapshotIntervalMs: 120_000 });
+    const line = host
+      .output()
+      .split('\n')
+      .find((l) => l.includes('snapshotIntervalMs 120000 is not comfortably less than'));
+    assert.ok(line, host.output());
+    assert.equal((JSON.parse(line) as { level: string }).level, 'warn');
+  });
+
+  it('A host that is not enrolled (or whose host workflow ended) logs an actionable error, once a minute, even at FLEET_LOG_LEVEL=warn; rotated keys a warning', async () => {
+    f = await startFleet('not-enrolled');
+    const hostId = f.hostId('A');
+    const dir = mkdtempSync(join(tmpdir(), 'fleet-cred-'));
+    const credentialFile = join(dir, 'credential.json');
+    const credential = generateHostCredential(hostId);
+    saveHostCredential(credentialFile, credential);
+    process.env.FLEET_LOG_LEVEL = 'warn';
+    const host = spawnHostProcess({
+      hostId,
+      credentialFile,
+      pool: f.pool,
+      snapshotIntervalMs: 300, // a snapshot (and a refusal) every 300 ms
+      driver: { type: 'sim', devices: [{ deviceId: 'a1' }] },
+    });
+    procs.push(host);
+    const namespace = testEnv().namespace ?? 'default';
+    const lines = () =>
+      host
+        .output()
+        .split('\n')
+        .filter((l) => l.startsWith('{'))
+        .map((l) => JSON.parse(l) as { level: string; message: string; component: string });
+    const notEnrolled = () => lines().filter((l) => l.message.startsWith(`host ${hostId} is not enrolled`));
+    await host.waitForOutput(`host ${hostId} is not enrolled in namespace`);
+    await sleep(3_000); // about ten refused snapshots
+    assert.equal(notEnrolled().length, 1, host.output());
+    const [line] = notEnrolled();
+    assert.equal(line.level, 'error');
+    assert.ok(line.message.startsWith(`host ${hostId} is not enrolled in namespace ${namespace} `), line.message);
+    assert.ok(
+      line.message.endsWith(
+        `(no running workflow host/${hostId}): enrol it with \`npx fleet hosts add ${hostId}\` / \`npm run hosts:add -- ${hostId}\`, or check TEMPORAL_NAMESPACE`,
+      ),
+      line.message,
+    );
+    assert.ok(!lines().some((l) => l.level === 'info'), 'nothing below warn');
+    // Enrolled: the host says once that its snapshots pass again.
+    const enrol = (keys = publicKeys(credential)) =>
+      enrollHost(f!.client, f!.config, { hostId, pool: f!.pool, keys, hostTimeoutMs: 5_000 });
+    await enrol();
+    await host.waitForOutput('snapshots are accepted again');
+    const handle = f.client.workflow.getHandle(hostWorkflowId(hostId));
+    await eventually(async () => ((await handle.query(hostStateQuery)).online ? true : undefined), 'online');
+    // Its host workflow ends (as a removal ends it): not enrolled again, said at once.
+    await handle.terminate('test: host removed');
+    await eventually(async () => (notEnrolled().length === 2 ? true : undefined), 'not enrolled said again');
+    // Enrolled with other keys (a rotation): a warning to restart with the new credential.
+    await enrol(publicKeys(generateHostCredential(hostId)));
+    await host.waitForOutput('keys rotated? restart this host with its new credential file');
+    const rotated = lines().filter((l) => l.message.includes('keys rotated? restart this host'));
+    assert.equal(rotated.length, 1);
+    assert.equal(rotated[0].level, 'warn');
+  });
+});
+
+describe('host stop and running attempts', () => {
+  let f: Fleet | undefined;
+  afterEach(async () => {
+    await f?.stop();
+    f = undefined;
+  });
+
+  it('shutdownGraceMs: on SIGTERM a running task finishes within the grace instead of losing its attempt (the default 5 s cuts it)', async () => {
+    f = await startFleet('shutdown-grace');
+    const patient = await f.spawnHost('A', ['a1'], { hostTimeoutMs: 60_000, config: { shutdownGraceMs: 30_000 } });
+    const hasty = await f.spawnHost('B', ['b1'], { hostTimeoutMs: 60_000 });
+    const policy = { leaseTimeoutMs: 60_000, maxAttempts: 3 };
+    const long = { goal: 'long [sim duration=8000]', policy };
+    const onA = await f.fleet.submit({ ...long, constraints: { deviceId: 'a1' } });
+    const onB = await f.fleet.submit({ ...long, constraints: { deviceId: 'b1' } });
+    await Promise.all([f.waitForStatus(onA.taskId, 'running'), f.waitForStatus(onB.taskId, 'running')]);
+    const stoppedAt = Date.now();
+    patient.kill('SIGTERM');
+    hasty.kill('SIGTERM');
+    const a = await f.waitForStatus(onA.taskId, 'done', 60_000);
+    assert.equal(a.attempts.length, 1, 'no attempt lost');
+    assert.equal(a.attempts[0].outcome, 'done');
+    assert.equal(await patient.exited, 0, patient.output());
+    assert.ok(Date.now() - stoppedAt < 30_000, 'the host exits once its work is done, not at the end of the grace');
+    // The default grace cut the other attempt after 5 s: it failed (retryable), costing its task an attempt.
+    const b = await f.waitFor(onB.taskId, (v) => v.attempts[0]?.outcome !== undefined, 'attempt 1 ended', 30_000);
+    assert.deepEqual(
+      [b.attempts[0].outcome, b.attempts[0].reason, b.attempts[0].message],
+      ['retryable_failure', 'host_error', 'Worker is shutting down and this activity did not complete in time'],
+    );
+    assert.equal(await hasty.exited, 0, hasty.output());
   });
 });

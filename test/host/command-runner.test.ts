@@ -1,6 +1,6 @@
 /** Command runners against real child processes (node -e scripts): argv only, process groups, classification. */
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import {
   createCommandGoalRunner,
@@ -209,6 +209,40 @@ describe('host command runners', () => {
       assert.equal(r.reason, 'spawn_failed');
       assert.match(r.message!, /ENOENT/);
       assert.equal(ctx.startedCalls, 0);
+    });
+
+    it('names a missing or non-directory cwd as the cause when the spawn fails, not the executable', async () => {
+      const dir = tmp.make();
+      const file = join(dir, 'a-file');
+      writeFileSync(file, '');
+      for (const [cwd, cause] of [
+        [join(dir, 'missing'), 'does not exist'],
+        [file, 'is not a directory'],
+      ] as const) {
+        const ctx = recordingContext();
+        const r = await createCommandGoalRunner({
+          command: ['/bin/echo'],
+          goalAs: 'argument',
+          exitCodes,
+          killGraceMs: 100,
+          cwd,
+        }).runGoal('g', ctx);
+        assert.deepEqual([r.status, r.retryable, r.reason], ['failed', true, 'spawn_failed'], cwd);
+        assert.ok(r.message!.includes(`its working directory (cwd) "${cwd}" ${cause}`), r.message);
+        assert.equal(ctx.startedCalls, 0);
+      }
+      // A missing executable in a good cwd is still named as such.
+      const r = await createCommandGoalRunner({
+        command: ['/nonexistent/agent'],
+        goalAs: 'argument',
+        exitCodes,
+        killGraceMs: 100,
+        cwd: dir,
+      }).runGoal('g', recordingContext());
+      assert.match(
+        r.message!,
+        /"\/nonexistent\/agent" could not be started: the executable .*was not found \(spawn \/nonexistent\/agent ENOENT\)/,
+      );
     });
 
     it('fails terminally on a goal Node cannot pass (a NUL byte)', async () => {

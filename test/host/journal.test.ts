@@ -1,9 +1,18 @@
 /** The host journal: atomic, private, versioned, and loud about a file it cannot read. */
 import assert from 'node:assert/strict';
-import { mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { Journal, JournalCorruptError, type JournalEntry } from '../../host-worker/journal';
-import { tempDirs } from './helpers';
+import {
+  Journal,
+  JournalCorruptError,
+  JournalLock,
+  JournalLockedError,
+  staleLockReason,
+  type JournalEntry,
+  type LockOwner,
+} from '../../host-worker/journal';
+import { node, tempDirs } from './helpers';
 
 const entry = (taskId: string, attempt = 1, over: Partial<JournalEntry> = {}): JournalEntry => ({
   taskId,
@@ -169,5 +178,98 @@ describe('host journal', () => {
     await assert.rejects(j.add({ ...entry('t1'), taskId: '' }));
     assert.deepEqual(j.entries(), []);
     assert.deepEqual((await Journal.open(path)).entries(), []);
+  });
+});
+
+describe('host journal lock', () => {
+  const tmp = tempDirs();
+  after(() => tmp.cleanup());
+
+  /** The pid of a process that has exited (and been reaped). */
+  const deadPid = (): number => {
+    const r = spawnSync(node, ['-e', 'console.log(process.pid)'], { encoding: 'utf8' });
+    return Number(r.stdout.trim());
+  };
+  const logs = () => {
+    const lines: { message: string; fields: Record<string, unknown>; level?: string }[] = [];
+    return {
+      lines,
+      log: (message: string, fields: Record<string, unknown>, level?: string) => lines.push({ message, fields, level }),
+    };
+  };
+  const readOwner = (path: string) => JSON.parse(readFileSync(path, 'utf8')) as LockOwner;
+
+  it('takes <journal>.lock (0600) holding the pid and boot time; a second holder is refused naming the pid and the file; release frees it', async () => {
+    const journal = join(tmp.make(), 'state', 'lab-1.journal.json');
+    const lock = await JournalLock.acquire(journal);
+    const path = `${journal}.lock`;
+    assert.equal(lock.path, path);
+    assert.equal(statSync(path).mode & 0o777, 0o600);
+    const owner = readOwner(path);
+    assert.equal(owner.pid, process.pid);
+    if (process.platform === 'linux') {
+      assert.ok(owner.bootTime && owner.bootId && owner.processStart, JSON.stringify(owner));
+    }
+    await assert.rejects(JournalLock.acquire(journal), (err: unknown) => {
+      assert.ok(err instanceof JournalLockedError);
+      assert.equal(err.lockPath, path);
+      assert.ok(err.message.includes(`held by pid ${process.pid}`), err.message);
+      assert.ok(err.message.includes(path), err.message);
+      return true;
+    });
+    assert.equal(readOwner(path).token, owner.token, 'the refused attempt left the lock alone');
+    await lock.release();
+    assert.equal(existsSync(path), false);
+    const again = await JournalLock.acquire(journal);
+    again.releaseSync();
+    assert.equal(existsSync(path), false);
+  });
+
+  it('takes over a stale lock (its process gone, a reused pid, another boot) with an info log', async () => {
+    const dir = tmp.make();
+    const journal = join(dir, 'j.json');
+    const path = `${journal}.lock`;
+    const held = await JournalLock.acquire(journal);
+    const mine = readOwner(path);
+    held.releaseSync();
+    const stale: [string, LockOwner, RegExp][] = [
+      ['dead pid', { ...mine, pid: deadPid(), token: 'old' }, /is not running/],
+      ...(process.platform === 'linux'
+        ? ([
+            ['pid reused', { ...mine, processStart: '1', token: 'old' }, /now belongs to another process/],
+            ['other boot', { ...mine, bootId: 'another-boot', token: 'old' }, /machine restarted/],
+          ] as [string, LockOwner, RegExp][])
+        : []),
+    ];
+    for (const [what, owner, why] of stale) {
+      assert.match(staleLockReason(owner) ?? 'live', why, what);
+      writeFileSync(path, JSON.stringify(owner));
+      const { lines, log } = logs();
+      const lock = await JournalLock.acquire(journal, { log });
+      assert.equal(readOwner(path).token, lock.owner.token, what);
+      const line = lines.find((l) => l.message.startsWith('took over a stale journal lock'));
+      assert.ok(line, `${what}: ${JSON.stringify(lines)}`);
+      assert.equal(line.level, 'info');
+      assert.equal(line.fields.stalePid, owner.pid);
+      await lock.release();
+    }
+    assert.equal(staleLockReason(mine), undefined, 'this live process holds a live lock');
+    assert.deepEqual(readdirSync(dir), [], 'no lock or take-over guard left behind');
+  });
+
+  it('takes over an unreadable lock once it is old, and releases only its own lock', async () => {
+    const journal = join(tmp.make(), 'j.json');
+    const path = `${journal}.lock`;
+    writeFileSync(path, '');
+    const old = new Date(Date.now() - 60_000);
+    utimesSync(path, old, old);
+    const lock = await JournalLock.acquire(journal);
+    // Someone else's lock in its place (e.g. it was taken over): release leaves it alone.
+    const other = { ...lock.owner, token: 'someone-else' };
+    writeFileSync(path, JSON.stringify(other));
+    await lock.release();
+    assert.equal(readOwner(path).token, 'someone-else');
+    lock.releaseSync();
+    assert.equal(readOwner(path).token, 'someone-else');
   });
 });
