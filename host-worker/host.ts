@@ -25,7 +25,7 @@ import { terminateProcessGroup } from './command-runner';
 import { describeError } from '../control-plane/log';
 import { DeviceClaims } from './claims';
 import type { DeviceDriver } from './drivers';
-import type { Journal } from './journal';
+import { stillSameProcess, type Journal } from './journal';
 import { DEFAULT_SHUTDOWN_GRACE_MS } from './config';
 import { ProblemLog, snapshotProblem, type HostLog } from './logging';
 import { capabilityTags, type Runners } from './runners';
@@ -331,7 +331,13 @@ export async function reconcileJournal(
 ): Promise<number> {
   let reported = 0;
   for (const e of journal.entries()) {
-    if (e.pid) await terminateProcessGroup(e.pid, 2_000).catch(() => undefined);
+    // Only the runner it recorded: after a reboot, or once the pid is reused, it is someone else's.
+    if (e.pid && stillSameProcess(e)) await terminateProcessGroup(e.pid, 2_000).catch(() => undefined);
+    else if (e.pid)
+      log?.('a runner recorded in the journal is gone (its pid is not that process now): not signalled', {
+        pid: e.pid,
+        taskId: e.taskId,
+      });
     if (e.workflowId && e.activityId) {
       const now = Date.now();
       const outcome: RunOutcome = {

@@ -30,6 +30,12 @@ export const JournalEntrySchema = z.strictObject({
   startedAt: z.number().int().nonnegative(),
   /** The runner's process (and process group) id, when it runs a command. */
   pid: z.number().int().positive().optional(),
+  /**
+   * Who `pid` was (Linux): the kernel's boot id and the process's start time in clock ticks. A
+   * restarted host stops the group only if the pid is still that process, never one that reused it.
+   */
+  pidBootId: z.string().min(1).optional(),
+  pidStart: z.string().min(1).optional(),
   /** Where the attempt's activity lives, so a restarted host can report it failed at once. */
   workflowId: z.string().min(1).optional(),
   runId: z.string().min(1).optional(),
@@ -237,6 +243,31 @@ function procStat(pid: number): { state: string; start: string } | undefined {
   // pid (comm) state ppid ...; comm may contain spaces and parentheses; starttime is field 22.
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   return { state: fields[0], start: fields[19] };
+}
+
+/** What identifies `pid` beyond its number, for `stillSameProcess` later (empty off Linux). */
+export function processIdentity(pid: number): { pidBootId?: string; pidStart?: string } {
+  const bootId = currentBootId();
+  const start = procStat(pid)?.start;
+  return { ...(bootId ? { pidBootId: bootId } : {}), ...(start ? { pidStart: start } : {}) };
+}
+
+/**
+ * Whether the runner a journal entry recorded may still be running as `e.pid`: not after a reboot
+ * (another boot id, or an entry older than the boot), and not if the pid now belongs to a process
+ * started at another time. An entry without the identity (an agent from before it) counts as the
+ * same process only when it was written after this boot.
+ */
+export function stillSameProcess(e: JournalEntry): boolean {
+  if (!e.pid) return false;
+  const bootId = currentBootId();
+  if (e.pidBootId && bootId && e.pidBootId !== bootId) return false;
+  const booted = currentBootTime();
+  if (booted && e.startedAt < Date.parse(booted)) return false;
+  const st = procStat(e.pid);
+  if (st && (st.state === 'Z' || st.state === 'X')) return false;
+  if (e.pidStart && st && st.start !== e.pidStart) return false;
+  return true;
 }
 
 /**

@@ -11,7 +11,7 @@ import { hostConfigWarnings, loadHostConfig } from './config';
 import { createDriver, createRunners } from './factory';
 import { DEFAULT_TAKEOVER_WAIT_MS, startHost } from './host';
 import { loadHostCredential } from './identity';
-import { Journal, JournalLock } from './journal';
+import { Journal, JournalLock, processIdentity } from './journal';
 import type { HostLog } from './logging';
 
 async function main(): Promise<void> {
@@ -58,7 +58,7 @@ async function main(): Promise<void> {
       const entry = journal.entries().find((e) => e.taskId === ctx.taskId && e.attempt === ctx.attempt);
       if (entry)
         void journal
-          .add({ ...entry, pid })
+          .add({ ...entry, pid, ...processIdentity(pid) })
           .catch((err) => log('journal pid not recorded', { error: String(err) }, 'error'));
     },
   });

@@ -11,6 +11,7 @@ import { enrollHost } from '../control-plane/hosts';
 import { generateHostCredential, publicKeys, saveHostCredential } from '../host-worker/identity';
 import { hostWorkflowId } from '../workflows/ids';
 import { hostStateQuery, setDeviceDrainSignal, setHostDrainSignal } from '../workflows/messages';
+import type { JournalEntry } from '../host-worker/journal';
 import { eventually, sessionRunning, startFleet, uid, type Fleet } from './helpers/fleet';
 import { spawnHost as spawnHostProcess, type HostProcess } from './helpers/processes';
 import { testEnv } from './setup';
@@ -289,6 +290,40 @@ describe('host journal and restart (seed 004)', () => {
     assert.equal(t.attempts[0].outcome, 'retryable_failure');
     assert.equal(t.attempts[0].reason, 'host_restarted');
     await f.waitFor(taskId, (v) => v.status === 'running' && v.current?.attempt === 2, 'attempt 2 running');
+    await f.fleet.cancel(taskId);
+  });
+
+  it('On host restart, a command runner the crashed process left behind is stopped: the recorded pid with its identity, never another process', async () => {
+    f = await startFleet('journal-pid');
+    const first = await f.spawnHost('P', ['p1'], {
+      hostTimeoutMs: 60_000,
+      config: {
+        runner: { type: 'command', command: ['sleep', '120'], goalAs: 'env', killGraceMs: 500 },
+      },
+    });
+    const { taskId } = await f.fleet.submit({ goal: 'sleeps', policy: { leaseTimeoutMs: 60_000 } });
+    const journalPath = join(dirname(f.hostConfigPath('P')!), `${f.hostId('P')}.journal.json`);
+    const entry = await eventually(async () => {
+      const e = (JSON.parse(readFileSync(journalPath, 'utf8')) as { entries: JournalEntry[] }).entries[0];
+      return e?.pid ? (e as JournalEntry & { pid: number }) : undefined;
+    }, 'the runner pid journaled');
+    assert.equal(entry.taskId, taskId);
+    assert.ok(entry.pidStart, 'recorded with its start time');
+    const alive = (pid: number) => {
+      try {
+        process.kill(pid, 0);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    assert.equal(alive(entry.pid), true);
+    first.kill('SIGKILL'); // the runner's own process group outlives the agent
+    await first.exited;
+    assert.equal(alive(entry.pid), true, 'the runner outlived its agent');
+    await f.spawnHost('P', ['p1'], { restart: true });
+    await eventually(async () => (alive(entry.pid) ? undefined : true), 'the leftover runner stopped', 20_000);
+    await f.waitFor(taskId, (v) => v.attempts[0]?.reason === 'host_restarted', 'attempt 1 reported', 30_000);
     await f.fleet.cancel(taskId);
   });
 

@@ -1,6 +1,6 @@
 /** The host journal: atomic, private, versioned, and loud about a file it cannot read. */
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import {
@@ -8,7 +8,9 @@ import {
   JournalCorruptError,
   JournalLock,
   JournalLockedError,
+  processIdentity,
   staleLockReason,
+  stillSameProcess,
   type JournalEntry,
   type LockOwner,
 } from '../../host-worker/journal';
@@ -271,5 +273,39 @@ describe('host journal lock', () => {
     assert.equal(readOwner(path).token, 'someone-else');
     lock.releaseSync();
     assert.equal(readOwner(path).token, 'someone-else');
+  });
+});
+
+describe('host journal: whose pid', () => {
+  const entry = (over: Partial<JournalEntry>): JournalEntry => ({
+    taskId: 't',
+    attempt: 1,
+    leaseId: 'L',
+    deviceId: 'd',
+    startedAt: Date.now(),
+    ...over,
+  });
+  const linux = existsSync('/proc/self/stat');
+
+  it('a recorded runner is signalled only while its pid is still that process (not reused, not before a reboot)', async function () {
+    if (!linux) this.skip(); // reason: the identity comes from /proc, which only Linux has
+    const child = spawn('sleep', ['30'], { stdio: 'ignore' });
+    try {
+      await new Promise((r) => child.once('spawn', r));
+      const pid = child.pid!;
+      const id = processIdentity(pid);
+      assert.ok(id.pidBootId && id.pidStart, JSON.stringify(id));
+      assert.equal(stillSameProcess(entry({ pid, ...id })), true);
+      // Another process now has the number (its start time differs).
+      assert.equal(stillSameProcess(entry({ pid, ...id, pidStart: String(Number(id.pidStart) - 1) })), false);
+      // Recorded under another boot, or before this boot: never.
+      assert.equal(stillSameProcess(entry({ pid, ...id, pidBootId: 'another-boot' })), false);
+      assert.equal(stillSameProcess(entry({ pid, startedAt: 0 })), false);
+      // An entry from an agent before the identity, written after this boot: as before.
+      assert.equal(stillSameProcess(entry({ pid })), true);
+      assert.equal(stillSameProcess(entry({})), false);
+    } finally {
+      child.kill('SIGKILL');
+    }
   });
 });
