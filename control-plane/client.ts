@@ -7,6 +7,7 @@ import {
   WorkflowExecutionAlreadyStartedError,
   WorkflowFailedError,
   WorkflowNotFoundError,
+  type WorkflowExecutionDescription,
   type Client,
   type WorkflowIdReusePolicy,
 } from '@temporalio/client';
@@ -427,6 +428,16 @@ export class FleetClient {
     throw new AdmissionPendingError(input.taskId, 0); // given up on: nobody reads this
   }
 
+  /** The task workflow's latest run as the server describes it (no worker needed); TaskNotFoundError if none. */
+  private async describeTask(taskId: string): Promise<WorkflowExecutionDescription> {
+    try {
+      return await this.client.workflow.getHandle(taskWorkflowId(taskId)).describe();
+    } catch (err) {
+      if ((err as Error)?.name === 'WorkflowNotFoundError') throw new TaskNotFoundError(`task ${taskId} not found`);
+      throw err;
+    }
+  }
+
   /** The task's live state, from its workflow (a query: a control-plane worker must answer it). */
   async get(taskId: string, opts: { timeoutMs?: number } = {}): Promise<TaskView> {
     const handle = this.client.workflow.getHandle(taskWorkflowId(taskId));
@@ -441,6 +452,25 @@ export class FleetClient {
   }
 
   /**
+   * The live view (`get`), or, when no control-plane worker answers within `liveTimeoutMs` (down or
+   * restarting), the task as recorded (`recorded`, marked `incomplete`); undefined for an unknown
+   * id. Temporal itself not answering stays an error.
+   */
+  async find(taskId: string, opts: { liveTimeoutMs: number }): Promise<TaskView | undefined> {
+    try {
+      return await this.get(taskId, { timeoutMs: opts.liveTimeoutMs });
+    } catch (err) {
+      if (err instanceof TaskNotFoundError) return undefined;
+      try {
+        return await this.recorded(taskId);
+      } catch (again) {
+        if (again instanceof TaskNotFoundError) return undefined;
+        throw err;
+      }
+    }
+  }
+
+  /**
    * The task as the server has it on record, without a worker: its request (the start input), its
    * status (the indexed one, or how the run closed) and, once ended, its result (the close event).
    * For when no control-plane worker answers `get`: attempts and progress are not in it, and
@@ -448,13 +478,7 @@ export class FleetClient {
    */
   async recorded(taskId: string): Promise<TaskView & { incomplete: string }> {
     const handle = this.client.workflow.getHandle(taskWorkflowId(taskId));
-    let d: Awaited<ReturnType<typeof handle.describe>>;
-    try {
-      d = await handle.describe();
-    } catch (err) {
-      if ((err as Error)?.name === 'WorkflowNotFoundError') throw new TaskNotFoundError(`task ${taskId} not found`);
-      throw err;
-    }
+    const d = await this.describeTask(taskId);
     const first = await this.client.workflowService.getWorkflowExecutionHistory({
       namespace: this.client.options.namespace,
       execution: { workflowId: d.workflowId, runId: d.runId },
@@ -531,13 +555,7 @@ export class FleetClient {
   async cancel(taskId: string): Promise<void> {
     const handle = this.client.workflow.getHandle(taskWorkflowId(taskId));
     const ended = async (): Promise<TaskEndedError | undefined> => {
-      let d: Awaited<ReturnType<typeof handle.describe>>;
-      try {
-        d = await handle.describe();
-      } catch (err) {
-        if ((err as Error)?.name === 'WorkflowNotFoundError') throw new TaskNotFoundError(`task ${taskId} not found`);
-        throw err;
-      }
+      const d = await this.describeTask(taskId);
       if (d.status.name === 'RUNNING') return undefined;
       // The status the task recorded, unless it never got to (terminated, timed out).
       const recorded = d.typedSearchAttributes.get(FleetStatus) as TaskStatus | undefined;

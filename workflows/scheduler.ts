@@ -456,30 +456,21 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     });
   }
 
-  const assignable = (k: string, d: PoolDevice): boolean =>
+  /** Could take work: online, healthy, not drained, its host trusted and not presumed lost. */
+  const usable = (d: PoolDevice): boolean =>
     !suspects.has(d.hostId) &&
     d.hostOnline &&
     !d.hostDrained &&
     !d.deviceDrained &&
     d.health === 'good' &&
     d.state !== 'offline' &&
-    !held.has(k) &&
     hostKeys.has(d.hostId);
+  const assignable = (k: string, d: PoolDevice): boolean => usable(d) && !held.has(k);
 
   /** A device of the pool outside `task.avoid` matches it and could take it, now or once free. */
   const servableElsewhere = (task: QueuedTask): boolean => {
     for (const [k, d] of devices) {
-      if (task.avoid?.includes(k) || !matches(task.constraints, d)) continue;
-      if (
-        !suspects.has(d.hostId) &&
-        d.hostOnline &&
-        !d.hostDrained &&
-        !d.deviceDrained &&
-        d.health === 'good' &&
-        d.state !== 'offline' &&
-        hostKeys.has(d.hostId)
-      )
-        return true;
+      if (!task.avoid?.includes(k) && matches(task.constraints, d) && usable(d)) return true;
     }
     return false;
   };

@@ -4,10 +4,10 @@
  */
 import type { Client } from '@temporalio/client';
 import type { SchedulerView } from '../../../workflows/messages';
-import { definitionTag, INLINE_STEPS_TAG } from '../../../workflows/ids';
-import { AdmissionPendingError, TaskEndedError, TaskNotFoundError, type SubmitRequest } from '../../client';
+import { AdmissionPendingError, TaskEndedError, type SubmitRequest } from '../../client';
+import { requestDifferences } from '../../requests';
 import type { ControlPlaneConfig } from '../../config';
-import type { TaskInput, TaskPolicy, TaskView } from '../../../workflows/types';
+import type { TaskPolicy, TaskView } from '../../../workflows/types';
 import { assertMayAccessTask, type Principal } from '../auth';
 import type { RestDeps } from '../context';
 import { HttpProblem, invalid } from '../problem';
@@ -33,65 +33,12 @@ export function mergePolicy(defaults: ControlPlaneConfig['taskDefaults'], o: Pol
   };
 }
 
-function canonical(v: unknown): unknown {
-  if (Array.isArray(v)) return v.map(canonical);
-  if (v && typeof v === 'object') {
-    return Object.fromEntries(
-      Object.entries(v as Record<string, unknown>)
-        .filter(([, x]) => x !== undefined)
-        .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
-        .map(([k, x]) => [k, canonical(x)]),
-    );
-  }
-  return v;
-}
-
-/**
- * What makes two submissions "the same request". A definition referenced by name compares by name:
- * its steps were snapshotted from the store, which may have changed since.
- */
-function fingerprint(
-  t: Pick<TaskInput, 'pool' | 'work' | 'constraints' | 'priority' | 'owner' | 'policy'>,
-  byName: boolean,
-) {
-  const work = byName && t.work.kind === 'workflow' ? { kind: t.work.kind, definition: t.work.definition } : t.work;
-  // The tags a definition adds (definition:<name>, inline-steps) follow from the work, not from the
-  // request: a task recorded before they existed, or with its definition since stored or deleted
-  // here, is still the same request.
-  const derived = (tag: string) => tag === INLINE_STEPS_TAG || tag.startsWith(definitionTag(''));
-  const constraints = { ...t.constraints, tags: t.constraints.tags.filter((tag) => !derived(tag)) };
-  return JSON.stringify(
-    canonical({
-      pool: t.pool,
-      work,
-      constraints,
-      priority: t.priority,
-      owner: t.owner ?? null,
-      policy: t.policy,
-    }),
-  );
-}
-
 /** How long a GET waits for a control-plane worker to answer before it shows the task as recorded. */
 const LIVE_VIEW_TIMEOUT_MS = 8_000;
 
-/**
- * The task's live view, or, when no control-plane worker answers in time (it is down or
- * restarting), the task as the server has it recorded (`recorded`: request, status, result; marked
- * `incomplete`). Temporal itself not answering stays an error (503).
- */
-export async function findTask(deps: RestDeps, taskId: string): Promise<TaskView | undefined> {
-  try {
-    return await deps.fleet.get(taskId, { timeoutMs: LIVE_VIEW_TIMEOUT_MS });
-  } catch (err) {
-    if (err instanceof TaskNotFoundError) return undefined;
-    try {
-      return await deps.fleet.recorded(taskId);
-    } catch (again) {
-      if (again instanceof TaskNotFoundError) return undefined;
-      throw err;
-    }
-  }
+/** The live view, or the recorded one when no control-plane worker answers (FleetClient.find). */
+export function findTask(deps: RestDeps, taskId: string): Promise<TaskView | undefined> {
+  return deps.fleet.find(taskId, { liveTimeoutMs: LIVE_VIEW_TIMEOUT_MS });
 }
 
 export async function getTaskFor(deps: RestDeps, p: Principal, taskId: string): Promise<TaskView> {
@@ -187,7 +134,7 @@ export async function submitTask(
   };
   // Validates everything (ValidationError: 400) before anything reaches Temporal.
   const input = deps.fleet.buildInput(request);
-  const same = (v: TaskView): boolean => fingerprint(v, byName) === fingerprint(input, byName);
+  const same = (v: TaskView): boolean => requestDifferences(v, input, byName).length === 0;
   const conflict = () =>
     new HttpProblem('idempotencyConflict', `task id ${input.taskId} was already used for a different request`);
 
