@@ -119,7 +119,10 @@ export class SdkJsonLogger implements SdkLogger {
     this.out = createLog(component, {}, opts);
   }
   log(level: LogLevel, message: string, meta: LogMetadata = {}): void {
-    const fields: Fields = { ...meta, ...idsFromWorkflowId(meta.workflowId) };
+    // An activity's task token completes it on the server's say-so alone: never in a log. The SDK
+    // puts it in every activity log line, and the whole task (token included) in some errors.
+    const { taskToken: _token, task: _task, ...rest } = meta;
+    const fields: Fields = { ...rest, ...idsFromWorkflowId(meta.workflowId) };
     // A host's worker runs activities only, on purpose: not worth a warning at every start.
     const expected = level === 'WARN' && message.startsWith('No workflows registered, not polling for workflow tasks');
     this.out[expected ? 'debug' : (SDK_LEVEL[level] ?? 'info')](message, fields);
