@@ -124,6 +124,7 @@ export const TaskPolicyOverrideSchema = z.strictObject({
   ackTimeoutMs: z.number().int().positive().optional(),
   leaseTimeoutMs: z.number().int().positive().optional(),
   executionTimeoutMs: z.number().int().positive().optional(),
+  maxQueueWaitMs: z.number().int().positive().optional(),
 });
 const StepSchema = z.object({
   name: z.string().min(1).max(200),

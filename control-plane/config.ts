@@ -47,6 +47,8 @@ export const TaskPolicySchema = z.strictObject({
   ackTimeoutMs: z.number().int().positive().default(DEFAULT_POLICY.ackTimeoutMs),
   leaseTimeoutMs: z.number().int().positive().default(DEFAULT_POLICY.leaseTimeoutMs),
   executionTimeoutMs: z.number().int().positive().default(DEFAULT_POLICY.executionTimeoutMs),
+  /** No default: a task waits for a device as long as it takes unless told otherwise. */
+  maxQueueWaitMs: z.number().int().positive().optional(),
 });
 
 /** Strict at every level: a misspelt key is an error, not a silently ignored setting. */

@@ -99,6 +99,30 @@ describe('seed 001: task scheduler', () => {
     assert.equal(done.attempts[0].deviceId, 'emu-1');
   });
 
+  it('maxQueueWaitMs: a task no device takes in time fails queue_timeout and leaves the queue; without it, it waits', async () => {
+    f = await startFleet('queue-wait');
+    await f.addHost('h1', [{ deviceId: 'd1', driverType: 'android' }]);
+    const limited = await f.fleet.submit({
+      goal: 'needs an ios device',
+      constraints: { driverType: 'ios', tags: [] },
+      policy: { maxQueueWaitMs: 1_500 },
+    });
+    const patient = await f.fleet.submit({ goal: 'also ios', constraints: { driverType: 'ios', tags: [] } });
+    const failed = await f.fleet.wait(limited.taskId, { timeoutMs: 30_000 });
+    assert.equal(failed.status, 'failed');
+    assert.equal(failed.result?.reason, 'queue_timeout');
+    assert.match(failed.result?.message ?? '', /no device was assigned within maxQueueWaitMs \(1500 ms\)/);
+    assert.equal(failed.attempts.length, 0);
+    await eventually(
+      async () => ((await f!.scheduler()).queue.some((q) => q.taskId === limited.taskId) ? undefined : true),
+      'the timed-out task out of the queue',
+    );
+    // The other one is still waiting, and runs once a matching device comes.
+    assert.equal((await f.fleet.get(patient.taskId)).status, 'queued');
+    await f.addHost('h2', [{ deviceId: 'i1', driverType: 'ios' }]);
+    assert.equal((await f.fleet.wait(patient.taskId, { timeoutMs: 30_000 })).status, 'done');
+  });
+
   it('Unknown assignment strategy configured: clear configuration error, no silent fallback', async () => {
     assert.throws(
       () => parseControlPlaneConfig({ pools: { lab: { strategy: 'round_robin_typo' } } }),

@@ -2,6 +2,7 @@
 import assert from 'node:assert/strict';
 import { ActivityFailure, ApplicationFailure, TimeoutFailure } from '@temporalio/common';
 import { parseControlPlaneConfig } from '../control-plane/config';
+import { mergePolicy } from '../control-plane/rest/tasks/service';
 import { backoffDelayMs, DEFAULT_POLICY, retryDelayMs, validateTaskInput } from '../workflows/policy';
 import {
   constraintInterner,
@@ -261,6 +262,18 @@ describe('policy and classification (pure)', () => {
     assert.deepEqual(validateTaskInput({ ...good, policy: { ...DEFAULT_POLICY, maxAttempts: 101 } } as TaskInput), [
       'policy.maxAttempts: at most 100',
     ]);
+    assert.deepEqual(validateTaskInput({ ...good, policy: { ...DEFAULT_POLICY, maxQueueWaitMs: 0 } } as TaskInput), [
+      'policy.maxQueueWaitMs: must be a positive integer when given',
+    ]);
+    assert.deepEqual(
+      validateTaskInput({ ...good, policy: { ...DEFAULT_POLICY, maxQueueWaitMs: 5_000 } } as TaskInput),
+      [],
+    );
+    // REST fills it from the request, else from taskDefaults, else leaves it out.
+    const defaults = parseControlPlaneConfig({}).taskDefaults;
+    assert.equal('maxQueueWaitMs' in mergePolicy(defaults, {}), false);
+    assert.equal(mergePolicy(defaults, { maxQueueWaitMs: 7 }).maxQueueWaitMs, 7);
+    assert.equal(mergePolicy({ ...defaults, maxQueueWaitMs: 9 }, {}).maxQueueWaitMs, 9);
   });
 
   it('classifies activity failures into retryable/terminal and dispatch/lease classes', () => {

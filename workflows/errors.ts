@@ -44,4 +44,6 @@ export const Reason = {
   Cancelled: 'cancelled',
   QueueFull: 'queue_full',
   UnknownPool: 'unknown_pool',
+  /** No device was assigned within the policy's maxQueueWaitMs. */
+  QueueTimeout: 'queue_timeout',
 } as const;

@@ -87,6 +87,9 @@ export function validateTaskInput(input: TaskInput): string[] {
     ] as const) {
       if (!positiveInt(p[key])) problems.push(`policy.${key}: must be a positive integer`);
     }
+    if (p.maxQueueWaitMs !== undefined && !positiveInt(p.maxQueueWaitMs)) {
+      problems.push('policy.maxQueueWaitMs: must be a positive integer when given');
+    }
     // The clients refuse more too; this holds for a task started around them, so its history stays bounded.
     if (positiveInt(p.maxAttempts) && p.maxAttempts > MAX_ATTEMPTS_LIMIT) {
       problems.push(`policy.maxAttempts: at most ${MAX_ATTEMPTS_LIMIT}`);

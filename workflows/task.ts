@@ -262,7 +262,12 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
 
       for (;;) {
         const attemptNo = state.attempts.length + 1;
-        await condition(() => assignment !== undefined);
+        // A timer only for a task that asked for a limit: the others record exactly what they did before.
+        const limit = input.policy.maxQueueWaitMs;
+        if (limit === undefined) await condition(() => assignment !== undefined);
+        else if (!(await condition(() => assignment !== undefined, limit))) {
+          return await uncancellable(() => giveUpWaiting(limit));
+        }
         const a = assignment!;
         assignment = undefined;
         awaitingAttempt = 0;
@@ -345,6 +350,30 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
         return finish(state, { status: 'cancelled', reason: Reason.Cancelled });
       });
     }
+  }
+
+  /**
+   * No device within maxQueueWaitMs: out of the queue, failed. A reservation already on its way is
+   * dropped by the pool (it forgets a dequeued task's in-flight hold) or, arriving here after all,
+   * released as a stray before the workflow ends.
+   */
+  async function giveUpWaiting(limitMs: number): Promise<TaskResult> {
+    awaitingAttempt = 0;
+    await scheduler
+      .signal(dequeueTaskSignal, { taskId: input.taskId })
+      .catch((e) => log.warn('dequeue failed', { error: String(e) }));
+    if (assignment) {
+      stray.push(assignment);
+      assignment = undefined;
+    }
+    const last = state.attempts[state.attempts.length - 1];
+    return finish(state, {
+      status: 'failed',
+      reason: Reason.QueueTimeout,
+      message:
+        `no device was assigned within maxQueueWaitMs (${limitMs} ms)` +
+        (last?.reason ? `; the last attempt ended: ${last.reason}` : ''),
+    });
   }
 
   async function runAttempt(

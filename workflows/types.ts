@@ -77,6 +77,11 @@ export interface TaskPolicy {
   leaseTimeoutMs: number;
   /** Hard cap of one attempt once claimed (activity start-to-close). */
   executionTimeoutMs: number;
+  /**
+   * How long one attempt may wait in the queue for a device; then the task fails (`queue_timeout`).
+   * Absent: it waits as long as it takes (a device may come back or join later).
+   */
+  maxQueueWaitMs?: number;
 }
 
 export interface TaskInput {

@@ -52,6 +52,7 @@ export function presentTask(v: TaskView, queue?: QueueInfo): TaskResource {
       ackTimeoutMs: v.policy.ackTimeoutMs,
       leaseTimeoutMs: v.policy.leaseTimeoutMs,
       executionTimeoutMs: v.policy.executionTimeoutMs,
+      ...(v.policy.maxQueueWaitMs !== undefined ? { maxQueueWaitMs: v.policy.maxQueueWaitMs } : {}),
     },
     submittedAt: iso(v.submittedAt)!,
     attempts: v.attempts.map(presentAttempt),

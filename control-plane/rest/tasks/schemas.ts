@@ -126,6 +126,7 @@ export const TaskResourceSchema = z.object({
     ackTimeoutMs: z.number(),
     leaseTimeoutMs: z.number(),
     executionTimeoutMs: z.number(),
+    maxQueueWaitMs: z.number().optional(),
   }),
   submittedAt: TimestampSchema,
   attempts: z.array(AttemptResourceSchema),

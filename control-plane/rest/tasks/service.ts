@@ -30,6 +30,9 @@ export function mergePolicy(defaults: ControlPlaneConfig['taskDefaults'], o: Pol
     ackTimeoutMs: pick(o.ackTimeoutMs, defaults.ackTimeoutMs),
     leaseTimeoutMs: pick(o.leaseTimeoutMs, defaults.leaseTimeoutMs),
     executionTimeoutMs: pick(o.executionTimeoutMs, defaults.executionTimeoutMs),
+    ...(o.maxQueueWaitMs !== undefined || defaults.maxQueueWaitMs !== undefined
+      ? { maxQueueWaitMs: o.maxQueueWaitMs ?? defaults.maxQueueWaitMs }
+      : {}),
   };
 }
 
