@@ -26,7 +26,8 @@ const COMMANDS: Record<string, Command> = {
   submit: {
     usage:
       'fleet submit (--goal G | --definition NAME) [--driver-type T] [--tag X]... [--host H] [--device D]\n' +
-      '             [--priority N] [--pool P] [--task-id ID] [--max-attempts N] [--wait]',
+      '             [--priority N] [--pool P] [--task-id ID] [--max-attempts N]\n' +
+      '             [--max-queue-wait-ms MS] [--wait]',
     options: {
       goal: s,
       definition: s,
@@ -38,6 +39,7 @@ const COMMANDS: Record<string, Command> = {
       pool: s,
       'task-id': s,
       'max-attempts': s,
+      'max-queue-wait-ms': s,
       wait: b,
     },
     handler: submit,

@@ -133,6 +133,22 @@ describe('fleet CLI', () => {
     assert.equal(failed.code, 1, failed.stderr);
     assert.equal(failed.json().status, 'failed');
     assert.equal(failed.json().result.status, 'failed');
+
+    // No device of that kind: the queue-wait limit fails it (exit 1) with the reason.
+    const waited = await fleet([
+      'submit',
+      '--goal',
+      'needs a tv',
+      '--driver-type',
+      'tv',
+      '--max-queue-wait-ms',
+      '1000',
+      '--wait',
+      '--json',
+    ]);
+    assert.equal(waited.code, 1, waited.stderr);
+    assert.equal(waited.json().result.reason, 'queue_timeout');
+    assert.equal(waited.json().policy.maxQueueWaitMs, 1000);
   });
 
   it('validation errors exit 2 and name the field; a bad token exits 4', async () => {

@@ -24,6 +24,7 @@ export async function submit(ctx: Ctx): Promise<ExitCode> {
     deviceId: str(ctx, 'device'),
   };
   const maxAttempts = int(ctx, 'max-attempts');
+  const maxQueueWaitMs = int(ctx, 'max-queue-wait-ms');
   const body = {
     taskId: str(ctx, 'task-id'),
     pool: str(ctx, 'pool'),
@@ -31,7 +32,13 @@ export async function submit(ctx: Ctx): Promise<ExitCode> {
     definition: str(ctx, 'definition'),
     constraints: Object.values(constraints).some((v) => v !== undefined) ? constraints : undefined,
     priority: int(ctx, 'priority'),
-    policy: maxAttempts === undefined ? undefined : { maxAttempts },
+    policy:
+      maxAttempts === undefined && maxQueueWaitMs === undefined
+        ? undefined
+        : {
+            ...(maxAttempts !== undefined ? { maxAttempts } : {}),
+            ...(maxQueueWaitMs !== undefined ? { maxQueueWaitMs } : {}),
+          },
   };
   const task = await ctx.api.post<TaskResource>('/v1/tasks', body);
   if (!flag(ctx, 'wait')) {
