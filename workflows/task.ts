@@ -263,7 +263,11 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
       for (;;) {
         const attemptNo = state.attempts.length + 1;
         // A timer only for a task that asked for a limit: the others record exactly what they did before.
-        const limit = input.policy.maxQueueWaitMs;
+        // Patched too: a task a control plane from before ran without the limit replays without it.
+        const limit =
+          input.policy.maxQueueWaitMs !== undefined && patched('task-queue-wait-limit-v1')
+            ? input.policy.maxQueueWaitMs
+            : undefined;
         if (limit === undefined) await condition(() => assignment !== undefined);
         else if (!(await condition(() => assignment !== undefined, limit))) {
           return await uncancellable(() => giveUpWaiting(limit));
