@@ -157,8 +157,8 @@ export async function submitTask(
   } catch (err) {
     if (!(err instanceof AdmissionPendingError)) throw err;
     // Started and kept, not answered yet: 202, and the caller follows it by GET (or submits again).
-    const started = await findTask(deps, input.taskId);
-    if (!started) throw err;
+    // As recorded: the pool did not answer, so a live view would most likely wait in vain too.
+    const started = await deps.fleet.recorded(input.taskId);
     return { view: started, created: true, pending: true };
   }
   // Two first submissions racing: the loser attached to the winner's task.
