@@ -249,13 +249,19 @@ export class FleetClient {
     // without a worker, a round trip before the start): if the first caller's run started and
     // *ended* inside it, a run ended `done` still refuses the start (failed-only reuse: rejected runs
     // close as failed, done ones as completed); one ended failed or cancelled would not.
+    // The recorded task. With an admission timeout, no longer than that for a worker to answer
+    // (none may run): the task as recorded then.
+    const current = async (): Promise<TaskView> =>
+      opts.admissionTimeoutMs === undefined
+        ? this.get(input.taskId)
+        : ((await this.find(input.taskId, { liveTimeoutMs: opts.admissionTimeoutMs })) ?? this.get(input.taskId));
     const latest = await this.client.workflow.getHandle(taskWorkflowId(input.taskId)).describe();
     const rejected = latest.status.name !== 'RUNNING' && latest.typedSearchAttributes.get(FleetStatus) === 'rejected';
-    if (!rejected) return this.get(input.taskId);
+    if (!rejected) return current();
     try {
       return await this.startAndAwaitAdmission(input, 'ALLOW_DUPLICATE_FAILED_ONLY', opts.admissionTimeoutMs);
     } catch (err) {
-      if (err instanceof WorkflowExecutionAlreadyStartedError) return this.get(input.taskId);
+      if (err instanceof WorkflowExecutionAlreadyStartedError) return current();
       throw err;
     }
   }

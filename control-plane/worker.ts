@@ -115,10 +115,23 @@ export async function createControlPlaneWorker(opts: ControlPlaneWorkerOptions):
 export async function ensurePools(client: Client, config: ControlPlaneConfig): Promise<void> {
   const failures: unknown[] = [];
   for (const pool of Object.keys(config.pools)) {
+    // Bounded: a scheduler whose workflow task keeps failing never accepts the update, and would hold
+    // every pool after it (and the caller's retry) forever. Its call goes on in the background.
+    let timer: NodeJS.Timeout | undefined;
     try {
-      await ensurePool(client, config, pool);
+      await Promise.race([
+        ensurePool(client, config, pool),
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(
+            () => reject(new Error(`the scheduler of pool ${pool} did not take its configuration within 60 s`)),
+            ENSURE_POOL_TIMEOUT_MS,
+          );
+        }),
+      ]);
     } catch (err) {
       failures.push(err);
+    } finally {
+      clearTimeout(timer);
     }
   }
   if (failures.length > 0) throw await explainPoolFailure(client, failures[0]);
@@ -144,6 +157,8 @@ async function ensurePool(client: Client, config: ControlPlaneConfig, pool: stri
   if (current && isDeepStrictEqual({ ...current }, { ...wanted })) return;
   await handle.executeUpdate(configureSchedulerUpdate, { args: [wanted] });
 }
+
+const ENSURE_POOL_TIMEOUT_MS = 60_000;
 
 /** The `temporal operator search-attribute create --type` of each fleet attribute. */
 const CLI_TYPE: Record<string, string> = { KEYWORD: 'Keyword', INT: 'Int' };

@@ -262,8 +262,10 @@ export function stillSameProcess(e: JournalEntry): boolean {
   if (!e.pid) return false;
   const bootId = currentBootId();
   if (e.pidBootId && bootId && e.pidBootId !== bootId) return false;
+  // Without a boot id (an agent from before it), the wall clock is all there is; with one, the clock
+  // may have been set since (no RTC, NTP after boot) and the boot id already said enough.
   const booted = currentBootTime();
-  if (booted && e.startedAt < Date.parse(booted)) return false;
+  if (!(e.pidBootId && bootId) && booted && e.startedAt < Date.parse(booted)) return false;
   const st = procStat(e.pid);
   if (st && (st.state === 'Z' || st.state === 'X')) return false;
   if (e.pidStart && st && st.start !== e.pidStart) return false;
@@ -330,7 +332,8 @@ export class JournalLock {
       token: randomBytes(12).toString('hex'),
     };
     const body = `${JSON.stringify(owner, null, 2)}\n`;
-    const deadline = Date.now() + (opts.waitMs ?? 5_000);
+    // Longer than a take-over guard takes to count as stale, so one left by a crash never refuses a start.
+    const deadline = Date.now() + (opts.waitMs ?? STALE_GUARD_MS + 5_000);
     for (;;) {
       try {
         const fh = await open(path, 'wx', 0o600);

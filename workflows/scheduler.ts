@@ -302,7 +302,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   /** The devices a retry asks to avoid (bounded; only strings), from runs with this change on. */
   const avoidOf = (req: EnqueueRequest): string[] | undefined => {
     if (!Array.isArray(req.avoid) || req.avoid.length === 0) return undefined;
-    const keys = [...new Set(req.avoid.filter((k): k is string => typeof k === 'string'))].slice(0, 32);
+    const keys = [...new Set(req.avoid.filter((k): k is string => typeof k === 'string'))].slice(-32); // the latest
     return keys.length > 0 && patched('scheduler-avoid-failed-devices-v1') ? keys : undefined;
   };
   setHandler(enqueueTaskSignal, (req) => {

@@ -301,6 +301,8 @@ describe('host journal: whose pid', () => {
       // Recorded under another boot, or before this boot: never.
       assert.equal(stillSameProcess(entry({ pid, ...id, pidBootId: 'another-boot' })), false);
       assert.equal(stillSameProcess(entry({ pid, startedAt: 0 })), false);
+      // With its boot id, a clock set after boot (no RTC) does not make it someone else's.
+      assert.equal(stillSameProcess(entry({ pid, ...id, startedAt: 0 })), true);
       // An entry from an agent before the identity, written after this boot: as before.
       assert.equal(stillSameProcess(entry({ pid })), true);
       assert.equal(stillSameProcess(entry({})), false);
