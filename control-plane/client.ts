@@ -86,6 +86,9 @@ export class TaskEndedError extends Error {
  * pool did not answer in time, typically because no control plane runs. It is admitted or refused
  * once one does; submitting the same id again waits again and never starts a second run.
  */
+/** How long a read waits for a control-plane worker before it shows the task as recorded (`find`). */
+export const LIVE_VIEW_TIMEOUT_MS = 8_000;
+
 export class AdmissionPendingError extends Error {
   override name = 'AdmissionPendingError';
   constructor(
@@ -459,7 +462,8 @@ export class FleetClient {
   }
 
   /**
-   * The live view (`get`), or, when no control-plane worker answers within `liveTimeoutMs` (down or
+   * The live view (`get`), or, when no control-plane worker answers within `liveTimeoutMs` (REST and
+   * `npm run submit` use LIVE_VIEW_TIMEOUT_MS) (down or
    * restarting), the task as recorded (`recorded`, marked `incomplete`); undefined for an unknown
    * id. Temporal itself not answering stays an error.
    */
@@ -486,18 +490,7 @@ export class FleetClient {
   async recorded(taskId: string): Promise<TaskView & { incomplete: string }> {
     const handle = this.client.workflow.getHandle(taskWorkflowId(taskId));
     const d = await this.describeTask(taskId);
-    const first = await this.client.workflowService.getWorkflowExecutionHistory({
-      namespace: this.client.options.namespace,
-      execution: { workflowId: d.workflowId, runId: d.runId },
-      maximumPageSize: 1,
-    });
-    const started = first.history?.events?.[0]?.workflowExecutionStartedEventAttributes;
-    const input = await decodeFromPayloadsAtIndex<TaskInput>(
-      this.client.workflow.options.loadedDataConverter,
-      0,
-      started?.input?.payloads,
-    );
-    if (!input?.taskId) throw new Error(`workflow ${d.workflowId} has no task input`);
+    const input = await readTaskInput(this.client, d.workflowId, d.runId);
     const view: TaskView = initialTaskView(input, input.submittedAt ?? d.startTime.getTime());
     view.admitted = undefined;
     const indexed = d.typedSearchAttributes.get(FleetStatus) as TaskStatus | undefined;
@@ -609,6 +602,26 @@ export class FleetClient {
 }
 
 /** A closed task run's status when its FleetStatus was never written (terminated, timed out). */
+/**
+ * A task run's input, from its first history event (no worker needed; the client's codecs decode
+ * it). Throws for a workflow that has none (hand-started, or not a task).
+ */
+export async function readTaskInput(client: Client, workflowId: string, runId: string): Promise<TaskInput> {
+  const first = await client.workflowService.getWorkflowExecutionHistory({
+    namespace: client.options.namespace,
+    execution: { workflowId, runId },
+    maximumPageSize: 1,
+  });
+  const started = first.history?.events?.[0]?.workflowExecutionStartedEventAttributes;
+  const input = await decodeFromPayloadsAtIndex<TaskInput>(
+    client.workflow.options.loadedDataConverter,
+    0,
+    started?.input?.payloads,
+  );
+  if (!input?.taskId) throw new Error(`workflow ${workflowId} has no task input`);
+  return input;
+}
+
 const isTaskResult = (r: unknown): r is TaskResult =>
   !!r && typeof r === 'object' && typeof (r as TaskResult).status === 'string';
 

@@ -21,6 +21,7 @@ import { FleetPool } from '../workflows/search-attributes';
 import { schedulerStateQuery, type SchedulerCounters, type SchedulerView } from '../workflows/messages';
 import { INDEXED_STATUSES, TASK_STATUSES, type IndexedStatus } from '../workflows/types';
 import type { ControlPlaneConfig } from './config';
+import { within } from './within';
 
 export { TASK_STATUSES };
 
@@ -47,19 +48,6 @@ export interface FleetMetrics {
   contentType: string;
   /** The exposition text: these metrics, then whatever the process registered on prom-client's global registry. */
   metrics(): Promise<string>;
-}
-
-class TimeoutError extends Error {
-  override name = 'TimeoutError';
-}
-
-function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new TimeoutError(`${what}: no answer within ${ms} ms`)), ms);
-    timer.unref();
-  });
-  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
 }
 
 const literal = (v: string) => `'${v.replace(/['\\]/g, '')}'`;

@@ -16,6 +16,7 @@ import type { schedulerWorkflow } from '../workflows/scheduler';
 import { ALL_SEARCH_ATTRIBUTES } from '../workflows/search-attributes';
 import { poolConfig, schedulerInput, taskWorkflowQueue, type ControlPlaneConfig } from './config';
 import { createSealingCodec } from './sealing';
+import { within } from './within';
 
 /**
  * Modules evaluated once per worker and shared by every workflow run (TS SDK `preloadModules`):
@@ -117,21 +118,10 @@ export async function ensurePools(client: Client, config: ControlPlaneConfig): P
   for (const pool of Object.keys(config.pools)) {
     // Bounded: a scheduler whose workflow task keeps failing never accepts the update, and would hold
     // every pool after it (and the caller's retry) forever. Its call goes on in the background.
-    let timer: NodeJS.Timeout | undefined;
     try {
-      await Promise.race([
-        ensurePool(client, config, pool),
-        new Promise<never>((_, reject) => {
-          timer = setTimeout(
-            () => reject(new Error(`the scheduler of pool ${pool} did not take its configuration within 60 s`)),
-            ENSURE_POOL_TIMEOUT_MS,
-          );
-        }),
-      ]);
+      await within(ensurePool(client, config, pool), ENSURE_POOL_TIMEOUT_MS, `configure the scheduler of pool ${pool}`);
     } catch (err) {
       failures.push(err);
-    } finally {
-      clearTimeout(timer);
     }
   }
   if (failures.length > 0) throw await explainPoolFailure(client, failures[0]);

@@ -24,6 +24,7 @@ import { sign, type HostCredential } from './identity';
 import type { DeviceClaims } from './claims';
 import type { Journal } from './journal';
 import { UnknownDefinitionError, type RunResult, type Runners } from './runners';
+import type { HostLog } from './logging';
 
 export interface HostActivities {
   runAssignment(sealed: Sealed<HostAssignment>): Promise<SignedRunOutcome>;
@@ -53,7 +54,8 @@ export interface HostActivityDeps {
   takeoverWaitMs: number;
   /** Active assignments persisted before work starts (seed 004 journal); removed when the attempt ends. */
   journal?: Pick<Journal, 'add' | 'remove'>;
-  log?(message: string, fields: Record<string, unknown>): void;
+  /** Each message with its level (info when left out). */
+  log?: HostLog;
 }
 
 const isStale = (err: unknown): boolean => {
@@ -166,7 +168,7 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
         deps.claims.release(a.deviceId, holder);
         await deps.journal
           ?.remove(a.taskId, a.attempt)
-          .catch((err) => log('journal remove failed', { error: String(err) }));
+          .catch((err) => log('journal remove failed', { error: String(err) }, 'error'));
       }
 
       async function run(onDevice: DeviceSnapshot): Promise<SignedRunOutcome> {

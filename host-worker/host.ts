@@ -76,11 +76,6 @@ export interface HostOptions {
   log?: HostLog;
 }
 
-/** The levels of the messages of the assignment activities (host-worker/activities.ts), which log without one. */
-const ACTIVITY_LEVELS: Record<string, 'warn' | 'error'> = {
-  'journal remove failed': 'error',
-};
-
 export interface HostAgent {
   readonly hostId: string;
   readonly worker: Worker;
@@ -176,7 +171,7 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
         takeoverWaitMs: opts.takeoverWaitMs ?? DEFAULT_TAKEOVER_WAIT_MS,
         claims,
         journal: opts.journal,
-        log: (message, fields) => log(message, fields, ACTIVITY_LEVELS[message] ?? 'info'),
+        log,
       }),
     },
     // A worker's slot count is fixed when it is created, and a host's devices are not (a lab

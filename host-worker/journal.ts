@@ -149,18 +149,23 @@ export class Journal {
   }
 }
 
+/** Creates `path` (EEXIST if it is there), mode 0600, with `text` on disk before it returns. */
+async function writeNewFile(path: string, text: string): Promise<void> {
+  const fh = await open(path, 'wx', 0o600);
+  try {
+    await fh.writeFile(text, 'utf8');
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+}
+
 async function writeAtomically(path: string, text: string): Promise<void> {
   const dir = dirname(path);
   await mkdir(dir, { recursive: true, mode: 0o700 });
   const tmp = join(dir, `.${basename(path)}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`);
   try {
-    const fh = await open(tmp, 'wx', 0o600);
-    try {
-      await fh.writeFile(text, 'utf8');
-      await fh.sync();
-    } finally {
-      await fh.close();
-    }
+    await writeNewFile(tmp, text);
     await rename(tmp, path);
   } catch (err) {
     await unlink(tmp).catch(() => undefined);
@@ -336,13 +341,7 @@ export class JournalLock {
     const deadline = Date.now() + (opts.waitMs ?? STALE_GUARD_MS + 5_000);
     for (;;) {
       try {
-        const fh = await open(path, 'wx', 0o600);
-        try {
-          await fh.writeFile(body, 'utf8');
-          await fh.sync();
-        } finally {
-          await fh.close();
-        }
+        await writeNewFile(path, body);
         return new JournalLock(path, owner);
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code !== 'EEXIST') {

@@ -14,6 +14,7 @@ import { exitCodeForTask } from '../control-plane/cli/commands/tasks';
 import { ExitCode } from '../control-plane/cli/io';
 import {
   FleetClient,
+  LIVE_VIEW_TIMEOUT_MS,
   TaskNotFoundError,
   TaskRejectedError,
   ValidationError,
@@ -21,6 +22,7 @@ import {
 } from '../control-plane/client';
 import { ConfigError, loadControlPlaneConfig } from '../control-plane/config';
 import { connectClient, TemporalSettingsError, temporalSettingsFromEnv } from '../control-plane/connection';
+import { grpcCodes } from '../control-plane/rest/problem';
 import { presentTask } from '../control-plane/rest/tasks/present';
 import { requestDifferences } from '../control-plane/requests';
 import type { TaskView } from '../workflows/types';
@@ -49,19 +51,8 @@ export class TaskIdConflictError extends Error {
   }
 }
 
-/** How long the live view may take before the task is read as recorded (no control-plane worker). */
-const LIVE_VIEW_TIMEOUT_MS = 8_000;
-
 const GRPC_PERMISSION_DENIED = 7;
 const GRPC_UNAUTHENTICATED = 16;
-
-function grpcCode(err: unknown): number | undefined {
-  for (let e: unknown = err, depth = 0; e && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
-    const code = (e as { code?: unknown }).code;
-    if (typeof code === 'number') return code;
-  }
-  return undefined;
-}
 
 /** The CLI's exit code for an error (as REST would answer it: 400/404/409 -> 2, 429/5xx -> 5). */
 export function exitCodeForError(err: unknown): ExitCode {
@@ -75,8 +66,8 @@ export function exitCodeForError(err: unknown): ExitCode {
     err instanceof TemporalSettingsError
   )
     return ExitCode.usage;
-  const code = grpcCode(err);
-  if (code === GRPC_PERMISSION_DENIED || code === GRPC_UNAUTHENTICATED) return ExitCode.auth;
+  const codes = grpcCodes(err);
+  if (codes.includes(GRPC_PERMISSION_DENIED) || codes.includes(GRPC_UNAUTHENTICATED)) return ExitCode.auth;
   return ExitCode.server; // QueueFullError (429), Temporal unreachable, anything unexpected
 }
 

@@ -92,12 +92,18 @@ interface BodyParserError extends Error {
 const GRPC_UNAVAILABLE = 14;
 const GRPC_DEADLINE_EXCEEDED = 4;
 
-export function isTemporalUnreachable(err: unknown): boolean {
+/** The gRPC status codes along an error's cause chain (the SDK wraps the service error). */
+export function grpcCodes(err: unknown): number[] {
+  const codes: number[] = [];
   for (let e: unknown = err, depth = 0; e && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
     const code = (e as { code?: unknown }).code;
-    if (code === GRPC_UNAVAILABLE || code === GRPC_DEADLINE_EXCEEDED) return true;
+    if (typeof code === 'number') codes.push(code);
   }
-  return false;
+  return codes;
+}
+
+export function isTemporalUnreachable(err: unknown): boolean {
+  return grpcCodes(err).some((c) => c === GRPC_UNAVAILABLE || c === GRPC_DEADLINE_EXCEEDED);
 }
 
 /** Maps anything thrown by a handler to a problem; unknown errors become a 500 that reveals nothing. */

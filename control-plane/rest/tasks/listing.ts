@@ -17,7 +17,8 @@ import {
   FleetStatus,
 } from '../../../workflows/search-attributes';
 import { taskWorkflowId } from '../../../workflows/ids';
-import type { TaskInput, TaskStatus } from '../../../workflows/types';
+import type { TaskStatus } from '../../../workflows/types';
+import { readTaskInput } from '../../client';
 import { SupersededRuns } from '../../superseded';
 import { invalid, isTemporalUnreachable } from '../problem';
 import { iso } from '../schemas';
@@ -187,16 +188,7 @@ export class TaskLister {
   }
 
   private async readIdentity(workflowId: string, runId: string): Promise<TaskIdentity> {
-    const resp = await this.client.workflowService.getWorkflowExecutionHistory({
-      namespace: this.client.options.namespace,
-      execution: { workflowId, runId },
-      maximumPageSize: 1,
-    });
-    let payloads = resp.history?.events?.[0]?.workflowExecutionStartedEventAttributes?.input?.payloads ?? [];
-    const { payloadCodecs, payloadConverter } = this.client.options.loadedDataConverter;
-    for (const codec of [...payloadCodecs].reverse()) payloads = await codec.decode(payloads as never);
-    const input = payloads[0] ? payloadConverter.fromPayload<TaskInput>(payloads[0] as never) : undefined;
-    if (!input?.taskId) throw new Error(`workflow ${workflowId} has no task input`);
+    const input = await readTaskInput(this.client, workflowId, runId);
     return { taskId: input.taskId, owner: input.owner };
   }
 }

@@ -4,7 +4,7 @@
  */
 import type { Client } from '@temporalio/client';
 import type { SchedulerView } from '../../../workflows/messages';
-import { AdmissionPendingError, TaskEndedError, type SubmitRequest } from '../../client';
+import { AdmissionPendingError, LIVE_VIEW_TIMEOUT_MS, TaskEndedError, type SubmitRequest } from '../../client';
 import { requestDifferences } from '../../requests';
 import type { ControlPlaneConfig } from '../../config';
 import type { TaskPolicy, TaskView } from '../../../workflows/types';
@@ -35,9 +35,6 @@ export function mergePolicy(defaults: ControlPlaneConfig['taskDefaults'], o: Pol
       : {}),
   };
 }
-
-/** How long a GET waits for a control-plane worker to answer before it shows the task as recorded. */
-const LIVE_VIEW_TIMEOUT_MS = 8_000;
 
 /** The live view, or the recorded one when no control-plane worker answers (FleetClient.find). */
 export function findTask(deps: RestDeps, taskId: string): Promise<TaskView | undefined> {
