@@ -7,11 +7,17 @@
  * past 1.3 GiB at 10,000 queued (BENCHMARKS.md, P5).
  */
 import { isDeepStrictEqual } from 'node:util';
-import { type Client } from '@temporalio/client';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { QueryNotRegisteredError, type Client } from '@temporalio/client';
 import { bundleWorkflowCode, Runtime, Worker, type NativeConnection, type WorkflowBundle } from '@temporalio/worker';
 import { createControlPlaneActivities } from '../activities/control-plane';
 import { schedulerWorkflowId } from '../workflows/ids';
-import { configureSchedulerUpdate, schedulerConfigQuery } from '../workflows/messages';
+import {
+  configureSchedulerUpdate,
+  schedulerConfigQuery,
+  setSchedulerConfigSignal,
+  type SchedulerConfig,
+} from '../workflows/messages';
 import type { schedulerWorkflow } from '../workflows/scheduler';
 import { ALL_SEARCH_ATTRIBUTES } from '../workflows/search-attributes';
 import { poolConfig, schedulerInput, taskWorkflowQueue, type ControlPlaneConfig } from './config';
@@ -113,13 +119,17 @@ export async function createControlPlaneWorker(opts: ControlPlaneWorkerOptions):
  * has the configuration is only asked (a query writes nothing to its history), so a restart of the
  * control plane sends it nothing. Every pool is tried; the first failure is thrown after that.
  */
-export async function ensurePools(client: Client, config: ControlPlaneConfig): Promise<void> {
+export async function ensurePools(
+  client: Client,
+  config: ControlPlaneConfig,
+  { timeoutMs = ENSURE_POOL_TIMEOUT_MS }: { timeoutMs?: number } = {},
+): Promise<void> {
   const failures: unknown[] = [];
   for (const pool of Object.keys(config.pools)) {
-    // Bounded: a scheduler whose workflow task keeps failing never accepts the update, and would hold
-    // every pool after it (and the caller's retry) forever. Its call goes on in the background.
+    // Bounded: a scheduler whose workflow task keeps failing never applies a configuration (nor
+    // answers), and would hold every pool after it (and the caller's retry) forever.
     try {
-      await within(ensurePool(client, config, pool), ENSURE_POOL_TIMEOUT_MS, `configure the scheduler of pool ${pool}`);
+      await within(ensurePool(client, config, pool, timeoutMs), timeoutMs, `configure the scheduler of pool ${pool}`);
     } catch (err) {
       failures.push(err);
     }
@@ -127,7 +137,7 @@ export async function ensurePools(client: Client, config: ControlPlaneConfig): P
   if (failures.length > 0) throw await explainPoolFailure(client, failures[0]);
 }
 
-async function ensurePool(client: Client, config: ControlPlaneConfig, pool: string): Promise<void> {
+async function ensurePool(client: Client, config: ControlPlaneConfig, pool: string, timeoutMs: number): Promise<void> {
   const workflowId = schedulerWorkflowId(pool);
   await client.workflow.start<typeof schedulerWorkflow>('schedulerWorkflow', {
     workflowId,
@@ -139,13 +149,31 @@ async function ensurePool(client: Client, config: ControlPlaneConfig, pool: stri
   // Not through the handle start() returns: attached to a running scheduler, that handle takes the
   // current run for the first of its chain, and once the scheduler has continued-as-new the server
   // finds no such chain (NOT_FOUND): every control-plane restart after a roll-over failed here.
-  // By workflow id alone the update reaches whichever run is current.
+  // By workflow id alone a query or signal reaches whichever run is current.
   const handle = client.workflow.getHandle(workflowId);
   const wanted = poolConfig(config, pool);
-  // A scheduler of a build without this query answers with an error: configure it as before.
-  const current = await handle.query(schedulerConfigQuery).catch(() => undefined);
-  if (current && isDeepStrictEqual({ ...current }, { ...wanted })) return;
-  await handle.executeUpdate(configureSchedulerUpdate, { args: [wanted] });
+  const same = (c: SchedulerConfig | undefined) => c !== undefined && isDeepStrictEqual({ ...c }, { ...wanted });
+  let current: SchedulerConfig | undefined;
+  try {
+    current = await handle.query(schedulerConfigQuery);
+  } catch (err) {
+    if (!(err instanceof QueryNotRegisteredError)) throw err;
+    // A scheduler of a build without this query (nor the signal): configure it as that build was.
+    await handle.executeUpdate(configureSchedulerUpdate, { args: [wanted] });
+    return;
+  }
+  if (same(current)) return;
+  // A signal, not an update (workflows/messages.ts, setSchedulerConfigSignal), then read back: it is
+  // recorded at once and applied at the scheduler's next workflow task.
+  await handle.signal(setSchedulerConfigSignal, wanted);
+  const deadline = Date.now() + timeoutMs;
+  for (let pause = 50; ; pause = Math.min(pause * 2, 1_000)) {
+    if (same(await handle.query(schedulerConfigQuery).catch(() => undefined))) return;
+    if (Date.now() >= deadline) {
+      throw new Error(`the scheduler of pool ${pool} has not applied its configuration within ${timeoutMs} ms`);
+    }
+    await sleep(pause);
+  }
 }
 
 const ENSURE_POOL_TIMEOUT_MS = 60_000;

@@ -167,24 +167,61 @@ describe('control-plane workers', () => {
       assert.equal(await queueOf(deviceWorkflowId(hostId, deviceId)), f.config.controlTaskQueue);
     });
 
-    it('a restart with the same pool configuration sends the schedulers nothing; a changed one is applied', async () => {
+    it('a restart with the same pool configuration sends the schedulers nothing; a changed one is applied by a signal', async () => {
       f = await startFleet('reconfigure');
       const handle = f.client.workflow.getHandle(schedulerWorkflowId(f.pool));
-      const updates = async () => {
-        let n = 0;
-        for (const e of (await handle.fetchHistory()).events ?? []) {
-          if (e.workflowExecutionUpdateAcceptedEventAttributes) n++;
+      // Every configuration message the scheduler ever got, across its runs: updates and signals.
+      const messages = async () => {
+        const seen = { updates: 0, signals: 0 };
+        for await (const run of f!.client.workflow.list({ query: `WorkflowId = '${schedulerWorkflowId(f!.pool)}'` })) {
+          const history = await f!.client.workflow.getHandle(run.workflowId, run.runId).fetchHistory();
+          for (const e of history.events ?? []) {
+            if (e.workflowExecutionUpdateAcceptedEventAttributes) seen.updates++;
+            if (e.workflowExecutionSignaledEventAttributes?.signalName === 'setSchedulerConfig') seen.signals++;
+          }
         }
-        return n;
+        return seen;
       };
-      const before = await updates();
+      const before = await messages();
       await ensurePools(f.client, f.config);
       await ensurePools(f.client, f.config);
-      assert.equal(await updates(), before, 'no update for an unchanged configuration');
+      assert.deepEqual(await messages(), before, 'nothing sent for an unchanged configuration');
       const changed = { ...f.config, pools: { [f.pool]: { ...f.config.pools[f.pool], maxQueueDepth: 7 } } };
       await ensurePools(f.client, changed);
-      assert.equal(await updates(), before + 1);
+      // Applied when ensurePools returns (it reads the configuration back), and sent as one signal:
+      // no update, which SDK 1.24 can record out of its replay order (workflows/messages.ts).
       assert.equal((await handle.query(schedulerConfigQuery)).maxQueueDepth, 7);
+      assert.deepEqual(await messages(), { updates: before.updates, signals: before.signals + 1 });
+      await ensurePools(f.client, changed);
+      assert.deepEqual(await messages(), { updates: before.updates, signals: before.signals + 1 });
+    });
+
+    it('a scheduler that cannot answer holds back neither the other pools nor the caller: each pool is bounded', async () => {
+      f = await startFleet('wedged');
+      // A pool whose scheduler id is taken by a run on a queue no worker polls: it never answers a
+      // query, so its configuration can only time out (as a scheduler whose workflow tasks fail would).
+      const stuck = `stuck-${f.pool}`;
+      await f.client.workflow.start('schedulerWorkflow', {
+        workflowId: schedulerWorkflowId(stuck),
+        taskQueue: uid('nobody-polls'),
+        args: [{ pool: stuck, config: f.config.pools[f.pool] }],
+      });
+      try {
+        const healthy = { ...f.config.pools[f.pool], maxQueueDepth: 9 };
+        // The stuck pool first: the healthy one after it must still be configured.
+        const config = { ...f.config, pools: { [stuck]: f.config.pools[f.pool], [f.pool]: healthy } };
+        const started = Date.now();
+        await assert.rejects(ensurePools(f.client, config, { timeoutMs: 3_000 }), (err: unknown) => {
+          assert.match(String(err), new RegExp(`pool ${stuck}`));
+          return true;
+        });
+        // One bound for the stuck pool, not one per retry; well under the default 60 s.
+        assert.ok(Date.now() - started < 30_000, `took ${Date.now() - started} ms`);
+        const handle = f.client.workflow.getHandle(schedulerWorkflowId(f.pool));
+        assert.equal((await handle.query(schedulerConfigQuery)).maxQueueDepth, 9);
+      } finally {
+        await f.client.workflow.getHandle(schedulerWorkflowId(stuck)).terminate('test over');
+      }
     });
 
     it('a task started on the control queue (by a submitter from before the split) still runs to its end', async () => {

@@ -10,7 +10,7 @@ import { ConfigError, parseControlPlaneConfig } from '../control-plane/config';
 import { ensurePools } from '../control-plane/worker';
 import { ErrorType } from '../workflows/errors';
 import { schedulerWorkflowId } from '../workflows/ids';
-import { configureSchedulerUpdate } from '../workflows/messages';
+import { configureSchedulerUpdate, setSchedulerConfigSignal } from '../workflows/messages';
 import { createSimRunners } from '../host-worker/sim';
 import { recordingRunners } from './helpers/runners';
 import { eventually, startFleet, uid, type Fleet } from './helpers/fleet';
@@ -164,6 +164,14 @@ describe('seed 001: task scheduler', () => {
       },
     );
     assert.equal((await f.scheduler()).config.strategy, 'fifo_match');
+    // The same configuration as a signal (how the control plane sends one) is ignored, and logged.
+    // A query waits for the workflow task that takes the signals, so it sees what they did.
+    const before = (await f.scheduler()).config;
+    await running.signal(setSchedulerConfigSignal, { strategy: 'nope', maxQueueDepth: 5, agingMs: 1000 });
+    await running.signal(setSchedulerConfigSignal, { strategy: 'fifo_match', maxQueueDepth: 0, agingMs: 1000 });
+    assert.deepEqual((await f.scheduler()).config, before);
+    await running.signal(setSchedulerConfigSignal, { strategy: 'fifo_match', maxQueueDepth: 11, agingMs: 1000 });
+    assert.equal((await f.scheduler()).config.maxQueueDepth, 11);
   });
 
   it('Default FIFO: A then B queued, one matching device: A gets it, B stays queued', async () => {

@@ -105,6 +105,16 @@ export const deviceReleasedSignal = defineSignal<[DeviceReleased]>('deviceReleas
  */
 export const taskReleasedSignal = defineSignal<[DeviceReleased]>('taskReleased');
 export const reservationRefusedSignal = defineSignal<[ReservationRefused]>('reservationRefused');
+/**
+ * Control plane -> scheduler: a new configuration, as a signal. The control plane validates it
+ * first and reads it back through `schedulerConfig`; a scheduler ignores (and logs) an invalid one.
+ * Not an update: SDK 1.24 can record an update's acceptance in another order than its replay gives
+ * when the update lands in a cold worker's workflow task beside a fired timer, and the pool then
+ * fails every workflow task (BENCHMARKS.md / README, "Known limits"). A signal is a history event,
+ * replayed in its place.
+ */
+export const setSchedulerConfigSignal = defineSignal<[SchedulerConfig]>('setSchedulerConfig');
+/** Kept so that callers and histories from before `setSchedulerConfig` still work; the control plane no longer sends it. */
 export const configureSchedulerUpdate = defineUpdate<SchedulerConfig, [SchedulerConfig]>('configureScheduler');
 export const schedulerStateQuery = defineQuery<SchedulerView>('schedulerState');
 /** The pool's configuration alone (small, unlike the whole view): the control plane compares before it configures. */

@@ -32,6 +32,7 @@ import {
   admissionSignal,
   configureSchedulerUpdate,
   dequeueTaskSignal,
+  setSchedulerConfigSignal,
   deviceReleasedSignal,
   expireHoldSignal,
   enqueueTaskSignal,
@@ -298,6 +299,17 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     },
     { validator: validateSchedulerConfig },
   );
+  setHandler(setSchedulerConfigSignal, (next) => {
+    try {
+      validateSchedulerConfig(next);
+    } catch (err) {
+      // The control plane validates before it sends; this is someone else's signal. Keep the config.
+      log.warn('ignored an invalid pool configuration', { pool, error: String(err) });
+      return;
+    }
+    config = next;
+    dirty = true;
+  });
 
   /** The devices a retry asks to avoid (bounded; only strings), from runs with this change on. */
   const avoidOf = (req: EnqueueRequest): string[] | undefined => {

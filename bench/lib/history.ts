@@ -106,7 +106,7 @@ function categorize(kind: Kind, run: Run): Category[] {
         case 'WorkflowExecutionSignaled': {
           const name = e.workflowExecutionSignaledEventAttributes?.signalName ?? '';
           if (name === 'hostDevices' || name === 'setHostDrain' || name === 'setDeviceDrain') c = 'liveness';
-          else if (name === 'registerHostKeys') c = 'setup';
+          else if (name === 'registerHostKeys' || name === 'setSchedulerConfig') c = 'setup';
           else c = kind === 'host' ? 'liveness' : 'task';
           break;
         }
