@@ -5,6 +5,7 @@
  * submissions, forged and replayed reports, impersonated snapshots); then the invariants are
  * checked from the histories and the figures printed. Exit code 1 on any violation.
  */
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -119,6 +120,8 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
   const random = rng(opts.seed);
   const pick = <T>(xs: T[]): T => xs[Math.floor(random() * xs.length)];
   const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'fleet-chaos-'));
+  // Signals tagged as deployed (control-plane/signal-auth.ts); the processes inherit the key.
+  process.env.FLEET_SIGNAL_KEYS ||= randomBytes(32).toString('hex');
   const stack = new Stack({
     dir,
     hosts: opts.hosts,

@@ -9,6 +9,8 @@ import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { FleetClient } from '../control-plane/client';
+import { signingClientOptions } from '../control-plane/connection';
+import { signalKeysFromEnv } from '../control-plane/signal-auth';
 import {
   parseControlPlaneConfig,
   type ControlPlaneConfig,
@@ -159,6 +161,7 @@ export class Stack {
       this.client = new Client({
         connection: await Connection.connect({ address: this.address }),
         namespace: 'default',
+        ...signingClientOptions(signalKeysFromEnv()),
       });
       this.fleet = new FleetClient(this.client, this.config);
     }

@@ -13,6 +13,9 @@
 import { AssertionError } from 'node:assert';
 import { WorkflowNotFoundError, type Client, type WorkflowHandle } from '@temporalio/client';
 import { open, SEALED_ENCODING } from './sealing';
+import { taggedForWorkflow } from './signal-auth';
+import type { temporal } from '@temporalio/proto';
+import { SIGNAL_AUTH_PATCH } from '../workflows/authenticity';
 import type { Payload } from '@temporalio/common';
 import type { DeviceInput } from '../workflows/device';
 import { deviceKey, deviceWorkflowId, taskWorkflowId } from '../workflows/ids';
@@ -171,8 +174,10 @@ export async function deviceReservationIntervals(
   };
   let seq = 0;
 
+  const where = { namespace: client.options.namespace, workflowId: deviceWorkflowId(hostId, deviceId) };
   for (const run of runs) {
-    for (const event of run.events) {
+    const refusingFrom = refusalStart(run.events);
+    for (const [i, event] of run.events.entries()) {
       seq++;
       const at = tsMs(event.eventTime);
       const started = event.workflowExecutionStartedEventAttributes;
@@ -203,7 +208,15 @@ export async function deviceReservationIntervals(
         }
         open.delete(leaseId);
       };
-      const received = event.workflowExecutionSignaledEventAttributes;
+      let received = event.workflowExecutionSignaledEventAttributes;
+      // A signal the device refused (untagged, once it refuses: workflows/authenticity.ts) did nothing.
+      if (
+        received &&
+        i >= refusingFrom &&
+        !(await taggedForWorkflow(client.options.loadedDataConverter.payloadCodecs, where, received.input?.payloads))
+      ) {
+        received = undefined;
+      }
       if (received?.signalName === 'releaseDevice') {
         const r = await decodeFirst<ReleaseNote>(client, received.input?.payloads);
         if (r) end(r.leaseId, r.reason);
@@ -235,6 +248,32 @@ export async function deviceReservationIntervals(
     }
   }
   return intervals;
+}
+
+/**
+ * The index from which a run refuses untagged signals: the signals delivered with the workflow task
+ * that recorded the `signal-auth-v1` marker, and all after it. A run without the marker refused
+ * none (it met no untagged signal since it could refuse; or it predates refusing).
+ */
+export function refusalStart(events: temporal.api.history.v1.IHistoryEvent[]): number {
+  const marker = events.findIndex(
+    (e) =>
+      e.markerRecordedEventAttributes?.markerName === 'core_patch' &&
+      Object.values(e.markerRecordedEventAttributes.details ?? {}).some((d) =>
+        (d.payloads ?? []).some((p) =>
+          Buffer.from(p.data ?? [])
+            .toString()
+            .includes(SIGNAL_AUTH_PATCH),
+        ),
+      ),
+  );
+  if (marker < 0) return Number.POSITIVE_INFINITY;
+  // The marker follows its workflow task's completion; that task took what came after the one before.
+  let completed = marker;
+  while (completed > 0 && !events[completed].workflowTaskCompletedEventAttributes) completed--;
+  let previous = completed - 1;
+  while (previous > 0 && !events[previous].workflowTaskCompletedEventAttributes) previous--;
+  return previous + 1;
 }
 
 const endOf = (iv: ReservationInterval): number => iv.end ?? Number.POSITIVE_INFINITY;

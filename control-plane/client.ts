@@ -47,6 +47,7 @@ import {
 } from '../workflows/types';
 import { initialTaskView, MAX_ATTEMPTS_LIMIT } from '../workflows/policy';
 import { taskWorkflowQueue, type ControlPlaneConfig } from './config';
+import { taggedForWorkflow } from './signal-auth';
 import { SupersededRuns } from './superseded';
 
 export class ValidationError extends Error {
@@ -402,6 +403,7 @@ export class FleetClient {
     let startedAt = Date.now();
     let ours = false;
     let refused = false;
+    const where = { namespace: this.client.options.namespace, workflowId };
     for (let page = 0; !given.up; page++) {
       // A long poll returns at each new batch of events: about 6.5 reads per submit in P3 (not billed).
       // Pausing between polls does not merge batches under load (they come seconds apart), so none.
@@ -418,7 +420,8 @@ export class FleetClient {
           ours = JSON.stringify(await decode<TaskInput>(started.input?.payloads)) === JSON.stringify(input);
         }
         const signal = e.workflowExecutionSignaledEventAttributes;
-        if (signal && !refused) {
+        // Only what the control plane sent counts (the task workflow ignores the rest too).
+        if (signal && !refused && (await taggedForWorkflow(converter.payloadCodecs, where, signal.input?.payloads))) {
           if (signal.signalName === admissionSignal.name) {
             const admission = await decode<Admission>(signal.input?.payloads);
             if (admission.accepted) return { kind: 'admitted', startedAt, alreadyThere: page === 0, ours };

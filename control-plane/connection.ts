@@ -20,6 +20,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { Client, Connection } from '@temporalio/client';
+import { createSignalAuthCodec, type SignalKeys } from './signal-auth';
 import { NativeConnection } from '@temporalio/worker';
 
 export interface TemporalSettings {
@@ -196,9 +197,17 @@ function isLoopback(address: string): boolean {
  * No `tls` in the settings means plaintext: the SDK would otherwise turn TLS on by itself whenever
  * there is an API key, and TEMPORAL_TLS=false (with a local server) would have no effect.
  */
-export async function connectClient(s: TemporalSettings): Promise<Client> {
+export async function connectClient(s: TemporalSettings, opts: { signalKeys?: SignalKeys } = {}): Promise<Client> {
   const connection = await named(s, Connection.connect({ address: s.address, tls: s.tls ?? false, apiKey: s.apiKey }));
-  return new Client({ connection, namespace: s.namespace });
+  return new Client({ connection, namespace: s.namespace, ...signingClientOptions(opts.signalKeys) });
+}
+
+/**
+ * A control-plane client's data converter: it tags what it sends to a workflow with the signal
+ * keys (signal-auth.ts), so the workflows take its signals. Hosts never get the keys.
+ */
+export function signingClientOptions(signalKeys: SignalKeys | undefined) {
+  return { dataConverter: { payloadCodecs: [createSignalAuthCodec(signalKeys)] } };
 }
 
 export async function connectWorker(s: TemporalSettings): Promise<NativeConnection> {

@@ -8,6 +8,7 @@
 import { Runtime } from '@temporalio/worker';
 import { loadControlPlaneConfig, taskWorkflowQueue } from './config';
 import { connectClient, connectWorker, temporalSettingsFromEnv } from './connection';
+import { signalKeysFromEnv } from './signal-auth';
 import { createLog, SdkJsonLogger } from './log';
 import { createControlPlaneWorker, ensurePools } from './worker';
 
@@ -44,9 +45,16 @@ async function main(): Promise<void> {
   const config = loadControlPlaneConfig(); // a bad strategy name stops us here, before anything starts
   const metricsAddress = installRuntime(sdkMetricsAddress());
   const settings = temporalSettingsFromEnv();
-  const client = await connectClient(settings);
+  const signalKeys = signalKeysFromEnv();
+  const client = await connectClient(settings, { signalKeys });
   const connection = await connectWorker(settings);
-  const worker = await createControlPlaneWorker({ connection, client, config, namespace: settings.namespace });
+  const worker = await createControlPlaneWorker({
+    connection,
+    client,
+    config,
+    namespace: settings.namespace,
+    signalKeys,
+  });
   const running = worker.run(); // the schedulers need a running worker to apply their configuration
   let stopping = false;
   // A pool that cannot be started or configured (the namespace lacks the search attributes, its

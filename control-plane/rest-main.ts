@@ -16,6 +16,7 @@ import { collectDefaultMetrics } from 'prom-client';
 import { FleetClient } from './client';
 import { loadControlPlaneConfig } from './config';
 import { connectClient, temporalSettingsFromEnv } from './connection';
+import { signalKeysFromEnv } from './signal-auth';
 import { createLog } from './log';
 import { createApp } from './rest/app';
 import { loadApiTokens, watchedApiTokens } from './rest/auth';
@@ -41,7 +42,7 @@ async function main(): Promise<void> {
   const port = parsePort(process.env.PORT);
   const definitions = new JsonFileDefinitionsStore(process.env.FLEET_DEFINITIONS ?? '.data/workflow-definitions.json');
   collectDefaultMetrics({ prefix: 'fleet_rest_' });
-  const client = await connectClient(temporalSettingsFromEnv());
+  const client = await connectClient(temporalSettingsFromEnv(), { signalKeys: signalKeysFromEnv() });
   const cursorKey = process.env.FLEET_CURSOR_KEY
     ? createHash('sha256').update(process.env.FLEET_CURSOR_KEY).digest()
     : undefined;

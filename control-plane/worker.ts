@@ -22,6 +22,7 @@ import type { schedulerWorkflow } from '../workflows/scheduler';
 import { ALL_SEARCH_ATTRIBUTES } from '../workflows/search-attributes';
 import { poolConfig, schedulerInput, taskWorkflowQueue, type ControlPlaneConfig } from './config';
 import { createSealingCodec } from './sealing';
+import { createSignalAuthCodec, signalKeysFromEnv, type SignalKeys } from './signal-auth';
 import { within } from './within';
 
 /**
@@ -30,6 +31,18 @@ import { within } from './within';
  * noble, the Ed25519 base-point table; without preloading each workflow run rebuilds both.
  */
 export const WORKFLOW_PRELOAD_MODULES = [require.resolve('../workflows/identity')];
+/** The workflows' payload converter (marks what the control plane signed); every bundle needs it. */
+export const WORKFLOW_PAYLOAD_CONVERTER = require.resolve('../workflows/payload-converter');
+
+/** What the control plane's workers (and replays of their histories) encode and decode with. */
+export function controlPlaneDataConverter(signalKeys: SignalKeys | undefined) {
+  return {
+    payloadConverterPath: WORKFLOW_PAYLOAD_CONVERTER,
+    // Seals what the task workflow sends to a host to that host's key (sealing.ts); tags and checks
+    // the control plane's own signals (signal-auth.ts).
+    payloadCodecs: [createSealingCodec(), createSignalAuthCodec(signalKeys)],
+  };
+}
 
 export interface ControlPlaneWorkerOptions {
   connection: NativeConnection;
@@ -39,6 +52,8 @@ export interface ControlPlaneWorkerOptions {
   /** A pre-built bundle (tests build one per run); otherwise the workflows are bundled at start. */
   workflowBundle?: WorkflowBundle;
   identity?: string;
+  /** The keys that tag and check the control plane's signals; default `FLEET_SIGNAL_KEYS`. */
+  signalKeys?: SignalKeys;
 }
 
 /** The two workers, run and stopped together. */
@@ -61,8 +76,10 @@ export async function createControlPlaneWorker(opts: ControlPlaneWorkerOptions):
     (await bundleWorkflowCode({
       workflowsPath: require.resolve('../workflows'),
       preloadModules: WORKFLOW_PRELOAD_MODULES,
+      payloadConverterPath: WORKFLOW_PAYLOAD_CONVERTER,
       logger: Runtime.instance().logger,
     }));
+  const signalKeys = 'signalKeys' in opts ? opts.signalKeys : signalKeysFromEnv();
   const activities = createControlPlaneActivities({ client: opts.client, config: opts.config });
   const make = (taskQueue: string, maxCachedWorkflows: number | undefined) =>
     Worker.create({
@@ -71,8 +88,7 @@ export async function createControlPlaneWorker(opts: ControlPlaneWorkerOptions):
       taskQueue,
       workflowBundle,
       activities,
-      // Seals what the task workflow sends to a host to that host's key (see sealing.ts).
-      dataConverter: { payloadCodecs: [createSealingCodec()] },
+      dataConverter: controlPlaneDataConverter(signalKeys),
       ...(maxCachedWorkflows ? { maxCachedWorkflows } : {}),
       ...(opts.identity ? { identity: opts.identity } : {}),
     });

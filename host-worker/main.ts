@@ -37,6 +37,14 @@ async function main(): Promise<void> {
   const agentLog = createLog('host-agent', { hostId: config.hostId }, { level });
   const log: HostLog = (message, fields, lvl = 'info') => agentLog[lvl](message, fields);
   for (const warning of hostConfigWarnings(config)) log(warning, {}, 'warn');
+  if (process.env.FLEET_SIGNAL_KEYS || process.env.FLEET_SIGNAL_KEYS_FILE) {
+    // The host never uses them; holding them would let it sign what only the control plane may send.
+    log(
+      "FLEET_SIGNAL_KEYS is set for this host: it is the control plane's secret; remove it from the host",
+      {},
+      'warn',
+    );
+  }
   // One process per journal (and so per host): a second one started with this config stops here.
   // A lock left by a crash (its process gone) is taken over.
   const lock = await JournalLock.acquire(config.journalPath, { log });

@@ -10,6 +10,7 @@ import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { loadControlPlaneConfig } from '../control-plane/config';
 import { connectClient, temporalSettingsFromEnv } from '../control-plane/connection';
+import { signalKeysFromEnv } from '../control-plane/signal-auth';
 import { enrollHost } from '../control-plane/hosts';
 import { enrolCredentialFile } from '../host-worker/identity';
 
@@ -22,7 +23,9 @@ export async function addHost(
   const out = opts.out
     ? resolve(process.env.INIT_CWD ?? process.cwd(), opts.out)
     : join(__dirname, '..', '.data', 'hosts', `${hostId}.json`);
-  const client = await connectClient(temporalSettingsFromEnv());
+  const client = await connectClient(temporalSettingsFromEnv(), {
+    signalKeys: signalKeysFromEnv(process.env, join(__dirname, '..', '.data', 'signal.key')),
+  });
   try {
     const { result } = await enrolCredentialFile(out, hostId, !!opts.force, (keys) =>
       enrollHost(client, config, { hostId, pool: opts.pool ?? config.defaultPool, keys, rotate: opts.rotate }),

@@ -174,6 +174,10 @@ async function main(): Promise<void> {
     TEMPORAL_NAMESPACE: 'default',
     FLEET_SDK_METRICS_PORT: String(sdkMetricsPort),
   };
+  // The control plane's signal key (control-plane/signal-auth.ts): made once, kept with the data
+  // (its histories replay only with it). The control plane and REST get it; the host never does.
+  const controlEnv = { ...env, FLEET_SIGNAL_KEYS: process.env.FLEET_SIGNAL_KEYS || signalKeyFile(dataDir) };
+  process.env.FLEET_SIGNAL_KEYS = controlEnv.FLEET_SIGNAL_KEYS; // enrolment below signals too
   process.env.TEMPORAL_ADDRESS = address;
   // The operator step a real lab does once per host: issue a credential and enrol its public keys.
   await addHost('lab-1', { out: join(dataDir, 'hosts', 'lab-1.json') });
@@ -187,7 +191,7 @@ async function main(): Promise<void> {
   const controlPlaneStarted = new Promise<void>((resolve) => {
     fleet.push(
       run('control-plane', ...tsx('control-plane/main.ts'), {
-        env,
+        env: controlEnv,
         onLine: (line) => {
           if (!line.includes('"control plane started"')) return;
           try {
@@ -202,7 +206,7 @@ async function main(): Promise<void> {
   });
   fleet.push(
     run('rest', ...tsx('control-plane/rest-main.ts'), {
-      env: { ...env, FLEET_REST_HOST: '127.0.0.1', PORT: String(restPort), FLEET_API_TOKENS: tokensFile },
+      env: { ...controlEnv, FLEET_REST_HOST: '127.0.0.1', PORT: String(restPort), FLEET_API_TOKENS: tokensFile },
     }),
   );
   fleet.push(
@@ -215,9 +219,7 @@ async function main(): Promise<void> {
           ? resolve(process.env.INIT_CWD ?? process.cwd(), process.env.FLEET_HOST_CONFIG)
           : join(root, 'examples', 'host.json'),
       ),
-      {
-        env,
-      },
+      { env: { ...env, FLEET_SIGNAL_KEYS: '' } },
     ),
   );
   const rest = `http://127.0.0.1:${restPort}`;
@@ -250,3 +252,10 @@ main().catch((err) => {
   console.error(err instanceof Error ? err.message : err);
   void stop(1);
 });
+
+/** `<data>/signal.key` (64 hex digits, mode 0600), made on first use. */
+function signalKeyFile(dataDir: string): string {
+  const file = join(dataDir, 'signal.key');
+  if (!existsSync(file)) writeFileSync(file, randomBytes(32).toString('hex') + '\n', { mode: 0o600, flag: 'wx' });
+  return readFileSync(file, 'utf8').trim();
+}

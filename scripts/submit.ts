@@ -9,6 +9,7 @@
  * - a task id already used for a different request is refused (REST: 409), nothing is submitted;
  *   an identical repeat returns the existing task.
  */
+import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { exitCodeForTask } from '../control-plane/cli/commands/tasks';
 import { ExitCode } from '../control-plane/cli/io';
@@ -22,6 +23,7 @@ import {
 } from '../control-plane/client';
 import { ConfigError, loadControlPlaneConfig } from '../control-plane/config';
 import { connectClient, TemporalSettingsError, temporalSettingsFromEnv } from '../control-plane/connection';
+import { signalKeysFromEnv } from '../control-plane/signal-auth';
 import { grpcCodes } from '../control-plane/rest/problem';
 import { presentTask } from '../control-plane/rest/tasks/present';
 import { requestDifferences } from '../control-plane/requests';
@@ -164,7 +166,9 @@ export async function submitScript(argv: string[], io: SubmitIo, connect: () => 
 if (require.main === module) {
   submitScript(process.argv.slice(2), process, async () => {
     const config = loadControlPlaneConfig();
-    const client = await connectClient(temporalSettingsFromEnv());
+    const client = await connectClient(temporalSettingsFromEnv(), {
+      signalKeys: signalKeysFromEnv(process.env, join(__dirname, '..', '.data', 'signal.key')),
+    });
     return { fleet: new FleetClient(client, config), close: () => client.connection.close() };
   }).then(
     (code) => {

@@ -9,8 +9,19 @@ import { enrollHost, HostKeysConflictError } from '../control-plane/hosts';
 import { createHostCodec, SEALED_ENCODING } from '../control-plane/sealing';
 import { generateHostCredential, publicKeys, sign } from '../host-worker/identity';
 import { SignDomain } from '../workflows/identity';
-import { hostTaskQueue, hostWorkflowId, taskWorkflowId } from '../workflows/ids';
-import { hostSnapshotUpdate, hostStateQuery, registerHostKeysSignal, reportAttemptUpdate } from '../workflows/messages';
+import { deviceWorkflowId, hostTaskQueue, hostWorkflowId, schedulerWorkflowId, taskWorkflowId } from '../workflows/ids';
+import { deviceReservationIntervals } from '../control-plane/audit';
+import {
+  assignmentSignal,
+  dequeueTaskSignal,
+  deviceStateQuery,
+  hostDevicesSignal,
+  releaseDeviceSignal,
+  hostSnapshotUpdate,
+  hostStateQuery,
+  registerHostKeysSignal,
+  reportAttemptUpdate,
+} from '../workflows/messages';
 import type { HostSnapshot } from '../workflows/types';
 import { eventually, sessionRunning, signReport, startFleet, type Fleet } from './helpers/fleet';
 import { testEnv } from './setup';
@@ -258,6 +269,123 @@ describe('host identity', () => {
     const t = await f.fleet.submit({ goal: 'x [sim duration=50]' });
     assert.equal((await f.fleet.wait(t.taskId)).status, 'done');
     await host.stop();
+  });
+});
+
+describe('host identity: forged signals', () => {
+  let f: Fleet | undefined;
+  afterEach(async () => {
+    await f?.stop();
+    f = undefined;
+  });
+  // testEnv().client has no signal key: what a host (or anything else with namespace access) holds.
+  const stranger = () => testEnv().client;
+  const markers = async (workflowId: string) => {
+    let n = 0;
+    for (const e of (await f!.client.workflow.getHandle(workflowId).fetchHistory()).events ?? []) {
+      if (e.markerRecordedEventAttributes?.markerName === 'core_patch') n++;
+    }
+    return n;
+  };
+
+  it("A signal without the control plane's tag changes nothing: another host's device list, a task's assignment, a forged tag", async () => {
+    f = await startFleet('forged-signals');
+    await f.addHost('A', [{ deviceId: 'a1' }]);
+    await eventually(async () => ((await f!.scheduler()).devices.length === 1 ? true : undefined), 'A known');
+    const credB = await f.enroll('B');
+    const scheduler = stranger().workflow.getHandle(schedulerWorkflowId(f.pool));
+    // 1. Host B's credential tells the pool that A's device is gone and that B has one.
+    const devices = (await f.scheduler()).devices.map((d) => `${d.hostId}/${d.deviceId}`);
+    await scheduler.signal(hostDevicesSignal, {
+      hostId: f.hostId('A'),
+      online: true,
+      drained: false,
+      drainedDevices: [],
+      devices: [],
+      version: 1e9,
+      keys: publicKeys(credB),
+    });
+    await scheduler.signal(hostDevicesSignal, {
+      hostId: credB.hostId,
+      online: true,
+      drained: false,
+      drainedDevices: [],
+      devices: [{ deviceId: 'evil', driverType: 'sim', tags: [], state: 'idle', health: 'good' }],
+      version: 1,
+      keys: publicKeys(credB),
+    });
+    // A query waits for the workflow task that took the signals.
+    assert.deepEqual(
+      (await f.scheduler()).devices.map((d) => `${d.hostId}/${d.deviceId}`),
+      devices,
+    );
+    // 2. A queued task (no device matches) is told it has B's device.
+    const view = await f.fleet.submit({
+      goal: 'secret goal [sim duration=50]',
+      constraints: { driverType: 'nowhere' },
+    });
+    const task = stranger().workflow.getHandle(taskWorkflowId(view.taskId));
+    await task.signal(assignmentSignal, {
+      taskId: view.taskId,
+      attempt: 1,
+      leaseId: 'forged-lease',
+      hostId: credB.hostId,
+      deviceId: 'evil',
+      reservedAt: Date.now(),
+      hostKeys: publicKeys(credB),
+    });
+    // 3. The same through the raw API, with the codec's own marks set by hand.
+    const payload = (value: unknown) => ({
+      metadata: {
+        encoding: Buffer.from('json/plain'),
+        'fleet-auth': Buffer.from('1'),
+        'fleet-mac': Buffer.alloc(32, 7),
+      },
+      data: Buffer.from(JSON.stringify(value)),
+    });
+    await stranger().workflowService.signalWorkflowExecution({
+      namespace: testEnv().namespace ?? 'default',
+      workflowExecution: { workflowId: taskWorkflowId(view.taskId) },
+      signalName: assignmentSignal.name,
+      input: {
+        payloads: [
+          payload({
+            taskId: view.taskId,
+            attempt: 1,
+            leaseId: 'forged-lease-2',
+            hostId: credB.hostId,
+            deviceId: 'evil',
+            reservedAt: Date.now(),
+            hostKeys: publicKeys(credB),
+          }),
+        ],
+      },
+    });
+    const after = await f.fleet.get(view.taskId);
+    assert.equal(after.status, 'queued');
+    assert.deepEqual(after.attempts, []);
+    // Refusing wrote the patch marker once per run (runs that meet no forgery carry none).
+    assert.equal(await markers(taskWorkflowId(view.taskId)), 1);
+    // The same signals from the control plane's own client are taken.
+    await f.client.workflow.getHandle(schedulerWorkflowId(f.pool)).signal(dequeueTaskSignal, { taskId: view.taskId });
+    assert.equal((await f.scheduler()).queue.length, 0);
+    await f.fleet.cancel(view.taskId);
+    // An ordinary task through the same fleet: nothing refused, no marker.
+    const ok = await f.fleet.submit({ goal: 'fine [sim duration=50]' });
+    assert.equal((await f.fleet.wait(ok.taskId)).status, 'done');
+    assert.equal(await markers(taskWorkflowId(ok.taskId)), 0);
+    // 4. A device told by a stranger that its holder is done keeps it, and the audit of its history
+    // (what the invariant checks read) does not count the forged release either.
+    const held = await f.fleet.submit({ goal: 'hold [sim outcome=hang]' });
+    await f.waitForStatus(held.taskId, 'running');
+    const { leaseId } = (await f.fleet.get(held.taskId)).attempts[0];
+    const device = deviceWorkflowId(f.hostId('A'), 'a1');
+    await stranger().workflow.getHandle(device).signal(releaseDeviceSignal, { leaseId, reason: 'done' });
+    assert.equal((await f.client.workflow.getHandle(device).query(deviceStateQuery)).current?.leaseId, leaseId);
+    const intervals = await deviceReservationIntervals(f.client, f.hostId('A'), 'a1');
+    const open = intervals.find((iv) => iv.leaseId === leaseId);
+    assert.ok(open && open.end === undefined, 'the forged release ended nothing in the audit');
+    await f.fleet.cancel(held.taskId);
   });
 });
 

@@ -19,13 +19,14 @@ import type { Client } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
 import { Worker } from '@temporalio/worker';
 import { enrollHost } from '../control-plane/hosts';
-import { createSealingCodec } from '../control-plane/sealing';
+import { parseSignalKeys } from '../control-plane/signal-auth';
+import { controlPlaneDataConverter } from '../control-plane/worker';
 import { generateHostCredential, publicKeys } from '../host-worker/identity';
 import { deviceWorkflowId, hostWorkflowId, schedulerWorkflowId, taskWorkflowId } from '../workflows/ids';
 import { hostStateQuery, registerHostKeysSignal, retireHostSignal, setDeviceDrainSignal } from '../workflows/messages';
 import { FleetKind, FleetPool } from '../workflows/search-attributes';
 import { eventually, startFleet, type Fleet } from './helpers/fleet';
-import { workflowBundle } from './setup';
+import { TEST_SIGNAL_KEYS, workflowBundle } from './setup';
 
 const FIXTURES = join(__dirname, 'fixtures', 'histories');
 const History = temporal.api.history.v1.History;
@@ -51,7 +52,7 @@ async function recordRuns(client: Client, workflowIds: string[]): Promise<Record
 async function replayAll(histories: Recorded[]): Promise<string[]> {
   const failures: string[] = [];
   const results = Worker.runReplayHistories(
-    { workflowBundle: workflowBundle(), dataConverter: { payloadCodecs: [createSealingCodec()] } },
+    { workflowBundle: workflowBundle(), dataConverter: controlPlaneDataConverter(parseSignalKeys(TEST_SIGNAL_KEYS)) },
     histories.map((h) => ({ workflowId: h.workflowId, history: h.history })),
   );
   for await (const r of results) {

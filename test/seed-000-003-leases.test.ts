@@ -31,6 +31,8 @@ import { sign } from '../host-worker/identity';
 import { FAST_POLICY, eventually, signReport, startFleet, uid, type Fleet } from './helpers/fleet';
 import { assertNoOverlappingReservations, decodeFirst, taskAttemptRuns } from './helpers/invariants';
 import type { ReservationRequest } from '../workflows/types';
+import { controlPlaneDataConverter } from '../control-plane/worker';
+import { signalKeysFromEnv } from '../control-plane/signal-auth';
 import { recordingRunners } from './helpers/runners';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -267,6 +269,7 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
       connection: testEnv().nativeConnection,
       taskQueue: queue,
       workflowBundle: workflowBundle(),
+      dataConverter: controlPlaneDataConverter(signalKeysFromEnv()),
     });
     const view = await worker.runUntil(
       eventually(async () => {

@@ -150,7 +150,7 @@ describe('seed 001: task scheduler', () => {
       return true;
     });
     // ... and a running scheduler rejects reconfiguration to it, keeping its strategy.
-    const running = client.workflow.getHandle(schedulerWorkflowId(f.pool));
+    const running = f.client.workflow.getHandle(schedulerWorkflowId(f.pool));
     await assert.rejects(
       running.executeUpdate(configureSchedulerUpdate, {
         args: [{ strategy: 'nope', maxQueueDepth: 10, agingMs: 1000 }],

@@ -5,8 +5,15 @@
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, DefaultLogger, Runtime, type WorkflowBundle } from '@temporalio/worker';
 import { devServerTuningArgs, temporalCliPath } from '../control-plane/temporal-cli';
-import { WORKFLOW_PRELOAD_MODULES } from '../control-plane/worker';
+import { WORKFLOW_PAYLOAD_CONVERTER, WORKFLOW_PRELOAD_MODULES } from '../control-plane/worker';
 import { ALL_SEARCH_ATTRIBUTES } from '../workflows/search-attributes';
+
+/**
+ * The signal key of every test fleet, in-process and spawned (they inherit the environment), and of
+ * the recorded histories (test/fixtures/histories from set 2026-12-02c on). Not a secret.
+ */
+export const TEST_SIGNAL_KEYS = '7e57'.repeat(16);
+process.env.FLEET_SIGNAL_KEYS ??= TEST_SIGNAL_KEYS;
 
 let env: TestWorkflowEnvironment | undefined;
 let bundle: WorkflowBundle | undefined;
@@ -37,6 +44,7 @@ export const mochaHooks = {
       bundleWorkflowCode({
         workflowsPath: require.resolve('../workflows'),
         preloadModules: WORKFLOW_PRELOAD_MODULES,
+        payloadConverterPath: WORKFLOW_PAYLOAD_CONVERTER,
         logger: new DefaultLogger('ERROR'),
       }),
     ]);

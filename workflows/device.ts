@@ -23,6 +23,7 @@ import {
 } from '@temporalio/workflow';
 import { InFlight, shouldContinueAsNew } from './continue-as-new';
 import { schedulerWorkflowId, taskWorkflowId } from './ids';
+import { onSignal } from './authenticity';
 import {
   assignmentSignal,
   deviceReleasedSignal,
@@ -188,16 +189,16 @@ export async function deviceWorkflow(input: DeviceInput): Promise<void> {
   // which left the pool believing the device held by a finished task (seen in durability tests).
   // Runs recorded before this change registered the reservation first and replay so.
   if (patched('device-releases-first')) {
-    setHandler(releaseDeviceSignal, onRelease);
-    setHandler(expireHoldSignal, onExpireHold);
-    setHandler(reserveDeviceSignal, onReserve);
+    onSignal(releaseDeviceSignal, onRelease);
+    onSignal(expireHoldSignal, onExpireHold);
+    onSignal(reserveDeviceSignal, onReserve);
   } else {
-    setHandler(reserveDeviceSignal, onReserve);
-    setHandler(expireHoldSignal, onExpireHold);
-    setHandler(releaseDeviceSignal, onRelease);
+    onSignal(reserveDeviceSignal, onReserve);
+    onSignal(expireHoldSignal, onExpireHold);
+    onSignal(releaseDeviceSignal, onRelease);
   }
 
-  setHandler(retireDeviceSignal, () => {
+  onSignal(retireDeviceSignal, (_note?: { by?: string }) => {
     if (!view.retiring) log.info('host removed: this device ends once free', { hostId, deviceId });
     view.retiring = true;
   });

@@ -42,6 +42,7 @@ import {
   type HostPublicKeys,
 } from './identity';
 import { deviceWorkflowId, hostTaskQueue } from './ids';
+import { onSignal } from './authenticity';
 import {
   hostSnapshotUpdate,
   hostStateQuery,
@@ -162,7 +163,7 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
   let indexedPool = input.pool;
 
   setHandler(hostStateQuery, () => view);
-  setHandler(registerHostKeysSignal, ({ keys, rotate }) => {
+  onSignal(registerHostKeysSignal, ({ keys, rotate }) => {
     if (!validPublicKeys(keys)) {
       log.warn('malformed host keys ignored', { hostId });
       return;
@@ -199,11 +200,11 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
     },
     { validator: (signed) => validateSnapshot(view, hostId, signed) },
   );
-  setHandler(reconfirmHostSignal, ({ reason }) => {
+  onSignal(reconfirmHostSignal, ({ reason }) => {
     log.info('a pool presumes this host lost; republishing after its next snapshot', { hostId, reason });
     reconfirmAt = Math.max(reconfirmAt ?? 0, Date.now());
   });
-  setHandler(retireHostSignal, ({ reason }) => {
+  onSignal(retireHostSignal, ({ reason }) => {
     if (view.retired) return;
     log.info('host removed by an operator: its devices leave the pools', { hostId, reason });
     view.retired = true;
@@ -211,11 +212,11 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
     view.devices = [];
     beats++;
   });
-  setHandler(setHostDrainSignal, ({ drained }) => {
+  onSignal(setHostDrainSignal, ({ drained }) => {
     view.drained = drained;
     beats++;
   });
-  setHandler(setDeviceDrainSignal, ({ deviceId, drained }) => {
+  onSignal(setDeviceDrainSignal, ({ deviceId, drained }) => {
     const rest = view.drainedDevices.filter((d) => d !== deviceId);
     view.drainedDevices = drained ? [...rest, deviceId] : rest;
     beats++;
@@ -436,7 +437,7 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
     await Promise.all(
       [...ensured].map((deviceId) =>
         getExternalWorkflowHandle(deviceWorkflowId(hostId, deviceId))
-          .signal(retireDeviceSignal)
+          .signal(retireDeviceSignal, { by: hostId })
           .catch((err) => log.warn('could not retire a device workflow', { hostId, deviceId, error: String(err) })),
       ),
     );

@@ -195,4 +195,5 @@ export const hostStateQuery = defineQuery<HostView>('hostState');
  */
 export const retireHostSignal = defineSignal<[{ reason?: string }]>('retireHost');
 /** Host workflow -> device: the host is gone; refuse new reservations and end once free. */
-export const retireDeviceSignal = defineSignal<[]>('retireDevice');
+/** Carries an (empty) note only so that it can carry the control plane's tag (authenticity.ts). */
+export const retireDeviceSignal = defineSignal<[{ by?: string }?]>('retireDevice');

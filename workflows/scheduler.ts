@@ -28,6 +28,7 @@ import {
 } from './continue-as-new';
 import { ErrorType, Reason } from './errors';
 import { deviceKey, deviceWorkflowId, hostWorkflowId, taskWorkflowId } from './ids';
+import { onSignal } from './authenticity';
 import {
   admissionSignal,
   configureSchedulerUpdate,
@@ -299,7 +300,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     },
     { validator: validateSchedulerConfig },
   );
-  setHandler(setSchedulerConfigSignal, (next) => {
+  onSignal(setSchedulerConfigSignal, (next) => {
     try {
       validateSchedulerConfig(next);
     } catch (err) {
@@ -317,7 +318,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     const keys = [...new Set(req.avoid.filter((k): k is string => typeof k === 'string'))].slice(-32); // the latest
     return keys.length > 0 && patched('scheduler-avoid-failed-devices-v1') ? keys : undefined;
   };
-  setHandler(enqueueTaskSignal, (req) => {
+  onSignal(enqueueTaskSignal, (req) => {
     const existing = queueIndex(req.taskId);
     if ((existing >= 0 && queue[existing].attempt >= req.attempt) || isHeldFor(req.taskId, req.attempt)) {
       // A repeat of something we already have: keep one entry.
@@ -353,13 +354,13 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     dirty = true;
   });
 
-  setHandler(dequeueTaskSignal, ({ taskId }) => {
+  onSignal(dequeueTaskSignal, ({ taskId }) => {
     const i = queueIndex(taskId);
     if (i >= 0) queue.splice(i, 1);
     else if (forgetsCancelled) for (const h of held.values()) if (h.taskId === taskId) h.cancelled = true;
   });
 
-  setHandler(hostDevicesSignal, (u) => {
+  onSignal(hostDevicesSignal, (u) => {
     if ((hostVersions.get(u.hostId) ?? -1) >= u.version) return; // older than what we have
     hostVersions.set(u.hostId, u.version);
     const since = suspects.get(u.hostId);
@@ -394,7 +395,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     return true;
   };
 
-  setHandler(deviceReleasedSignal, (r) => {
+  onSignal(deviceReleasedSignal, (r) => {
     const k = deviceKey(r.hostId, r.deviceId);
     noteEnded(k, r.leaseId);
     freed(k, r);
@@ -402,7 +403,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
 
   // The task's own word that its attempt ended. The device still holds the lease until we pass the
   // release on; a release for a hold we no longer track goes to the device at once (it decides).
-  setHandler(taskReleasedSignal, (r) => {
+  onSignal(taskReleasedSignal, (r) => {
     const k = deviceKey(r.hostId, r.deviceId);
     noteEnded(k, r.leaseId);
     if (freed(k, r) && !draining) toRelease.set(k, r);
@@ -426,7 +427,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     );
   }
 
-  setHandler(reservationRefusedSignal, (r) => {
+  onSignal(reservationRefusedSignal, (r) => {
     const k = deviceKey(r.hostId, r.deviceId);
     const h = held.get(k);
     if (h?.leaseId !== r.request.leaseId) return;

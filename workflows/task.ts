@@ -28,6 +28,7 @@ import type { HostActivities } from '../host-worker/activities';
 import { ErrorType, Reason } from './errors';
 import { SignDomain, verifySignature, type HostPublicKeys } from './identity';
 import { deviceKey, deviceWorkflowId, hostTaskQueue, schedulerWorkflowId } from './ids';
+import { onSignal } from './authenticity';
 import {
   admissionSignal,
   assignmentSignal,
@@ -158,11 +159,11 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
   setHandler(taskStateQuery, () =>
     !state.cancelRequested && root.consideredCancelled ? { ...state, cancelRequested: true } : state,
   );
-  setHandler(admissionSignal, (a) => {
+  onSignal(admissionSignal, (a) => {
     admission ??= a;
     state.admitted = admission.accepted;
   });
-  setHandler(assignmentSignal, (a) => {
+  onSignal(assignmentSignal, (a) => {
     // The scheduler skips the admission answer when it assigns a device in the same step.
     if (a.attempt === 1) admission ??= { accepted: true };
     state.admitted = admission?.accepted ?? state.admitted;

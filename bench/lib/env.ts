@@ -3,7 +3,8 @@
  * search attributes, Prometheus metrics on a loopback port) and the two workflow bundles: the
  * fleet's workflows and the baseline workflow, bundled separately.
  */
-import { WORKFLOW_PRELOAD_MODULES } from '../../control-plane/worker';
+import { randomBytes } from 'node:crypto';
+import { WORKFLOW_PAYLOAD_CONVERTER, WORKFLOW_PRELOAD_MODULES } from '../../control-plane/worker';
 import { execFileSync } from 'node:child_process';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { bundleWorkflowCode, DefaultLogger, Runtime, type WorkflowBundle } from '@temporalio/worker';
@@ -31,6 +32,8 @@ let runtimeInstalled = false;
  */
 export async function startBenchEnv(reuse?: Pick<BenchEnv, 'fleetBundle' | 'baselineBundle'>): Promise<BenchEnv> {
   if (!runtimeInstalled) {
+    // The fleet runs as deployed: its signals tagged (control-plane/signal-auth.ts), one key a run.
+    process.env.FLEET_SIGNAL_KEYS ||= randomBytes(32).toString('hex');
     Runtime.install({ logger: new DefaultLogger(process.env.BENCH_LOG === '1' ? 'INFO' : 'ERROR') });
     runtimeInstalled = true;
   }
@@ -51,10 +54,14 @@ export async function startBenchEnv(reuse?: Pick<BenchEnv, 'fleetBundle' | 'base
       bundleWorkflowCode({
         workflowsPath: require.resolve('../../workflows'),
         preloadModules: WORKFLOW_PRELOAD_MODULES,
+        payloadConverterPath: WORKFLOW_PAYLOAD_CONVERTER,
         logger: new DefaultLogger('ERROR'),
       }),
     reuse?.baselineBundle ??
-      bundleWorkflowCode({ workflowsPath: require.resolve('../baseline-workflows'), logger: new DefaultLogger('ERROR') }),
+      bundleWorkflowCode({
+        workflowsPath: require.resolve('../baseline-workflows'),
+        logger: new DefaultLogger('ERROR'),
+      }),
   ]);
   const serverPid = findServerPid(Number(env.address.split(':').pop()));
   log(
@@ -114,7 +121,9 @@ export async function serverOpTimes(metricsUrl: string): Promise<Map<string, OpT
   const text = await (await fetch(metricsUrl)).text();
   const out = new Map<string, OpTime>();
   for (const line of text.split('\n')) {
-    const m = /^(persistence_latency|service_latency|task_latency_processing)_(sum|count)\{([^}]*)\}\s+(\S+)$/.exec(line);
+    const m = /^(persistence_latency|service_latency|task_latency_processing)_(sum|count)\{([^}]*)\}\s+(\S+)$/.exec(
+      line,
+    );
     if (!m) continue;
     const op = /operation="([^"]+)"/.exec(m[3])?.[1] ?? '?';
     const svc = /service_name="([^"]+)"/.exec(m[3])?.[1] ?? '?';

@@ -5,7 +5,9 @@
  * runner that records when each attempt reached the host. Every scenario gets its own pool,
  * control task queue and host ids, so nothing is shared between scenarios.
  */
-import type { Client } from '@temporalio/client';
+import { Client } from '@temporalio/client';
+import { signingClientOptions } from '../../control-plane/connection';
+import { signalKeysFromEnv } from '../../control-plane/signal-auth';
 import { Worker, type WorkerOptions } from '@temporalio/worker';
 import { FleetClient } from '../../control-plane/client';
 import {
@@ -227,7 +229,11 @@ export async function startBenchFleet(be: BenchEnv, opts: BenchFleetOptions): Pr
   const config = benchConfig(opts, suffix);
   const pool = config.defaultPool;
   const pools = Object.keys(config.pools);
-  const client = be.env.client;
+  const client = new Client({
+    connection: be.env.connection,
+    namespace: be.env.namespace ?? 'default',
+    ...signingClientOptions(signalKeysFromEnv()),
+  });
   const fleet = new FleetClient(client, config);
   const recorder = new RunRecorder();
   const hosts = new Map<string, HostAgent>();

@@ -5,7 +5,8 @@
 import { writeFileSync } from 'node:fs';
 import { temporal } from '@temporalio/proto';
 import { Worker } from '@temporalio/worker';
-import { createSealingCodec } from '../../control-plane/sealing';
+import { signalKeysFromEnv } from '../../control-plane/signal-auth';
+import { controlPlaneDataConverter } from '../../control-plane/worker';
 import { schedulerWorkflowId } from '../../workflows/ids';
 import { startBaseline } from '../lib/baseline';
 import type { BenchEnv } from '../lib/env';
@@ -62,13 +63,14 @@ export const p1Throughput: Scenario = async (be, o) => {
         met: ratio >= 0.5,
       },
       {
-        metric: "end-to-end tasks/s, baseline column: the fleet's shape with empty workflows (start, 3 signals between workflows, a release signal)",
+        metric:
+          "end-to-end tasks/s, baseline column: the fleet's shape with empty workflows (start, 3 signals between workflows, a release signal)",
         fleet: fleet.tasksPerSecond,
         baseline: shape.tasksPerSecond,
         ratio: round(fleet.tasksPerSecond / shape.tasksPerSecond, 2),
       },
       {
-        metric: "  the shape against the bare baseline: tasks/s ratio / CPU ms per task / tasks not completed",
+        metric: '  the shape against the bare baseline: tasks/s ratio / CPU ms per task / tasks not completed',
         fleet: '',
         baseline: `${round(shape.tasksPerSecond / baseline.tasksPerSecond, 2)} / ${shape.cpuMsPerTask} / ${shape.notCompleted}`,
       },
@@ -138,7 +140,7 @@ async function schedulerRunStats(be: BenchEnv, runs: Run[]) {
   if (longest) {
     const started = performance.now();
     await Worker.runReplayHistory(
-      { workflowBundle: be.fleetBundle, dataConverter: { payloadCodecs: [createSealingCodec()] } },
+      { workflowBundle: be.fleetBundle, dataConverter: controlPlaneDataConverter(signalKeysFromEnv()) },
       History.create({ events: longest.events }),
       longest.workflowId,
     );

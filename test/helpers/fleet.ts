@@ -7,7 +7,9 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { Client, WorkflowHandle } from '@temporalio/client';
+import { Client, type WorkflowHandle } from '@temporalio/client';
+import { signingClientOptions } from '../../control-plane/connection';
+import { signalKeysFromEnv } from '../../control-plane/signal-auth';
 import { temporal } from '@temporalio/proto';
 import { FleetClient } from '../../control-plane/client';
 import {
@@ -151,7 +153,13 @@ export async function startFleet(name: string, opts: FleetOptions = {}): Promise
     holdSweepMs: opts.holdSweepMs,
     holdSlackMs: opts.holdSlackMs,
   });
-  const client = env.client;
+  // A control-plane client: it tags its signals with the fleet's key (env.client, without, is a
+  // stranger to the workflows: what a host's credential would be).
+  const client = new Client({
+    connection: env.connection,
+    namespace: env.namespace ?? 'default',
+    ...signingClientOptions(signalKeysFromEnv()),
+  });
   const fleet = new FleetClient(client, config);
   const hosts: HostAgent[] = [];
   const procs: HostProcess[] = [];

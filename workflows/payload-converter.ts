@@ -1,0 +1,25 @@
+/**
+ * The workflows' payload converter: the default one, which also marks an object decoded from a
+ * payload the control plane's codec authenticated (authenticity.ts). Loaded in the sandbox through
+ * `payloadConverterPath` (control-plane/worker.ts).
+ */
+import { defaultPayloadConverter, type Payload, type PayloadConverter } from '@temporalio/common';
+import { AUTH_METADATA, AUTHENTIC } from './authenticity';
+
+const ONE = 49; // '1'
+
+class MarkingPayloadConverter implements PayloadConverter {
+  toPayload<T>(value: T): Payload {
+    return defaultPayloadConverter.toPayload(value);
+  }
+  fromPayload<T>(payload: Payload): T {
+    const value = defaultPayloadConverter.fromPayload<T>(payload);
+    const mark = payload.metadata?.[AUTH_METADATA];
+    if (mark && mark.length === 1 && mark[0] === ONE && typeof value === 'object' && value !== null) {
+      Object.defineProperty(value, AUTHENTIC, { value: true, enumerable: false });
+    }
+    return value;
+  }
+}
+
+export const payloadConverter = new MarkingPayloadConverter();
