@@ -33,7 +33,9 @@ let runtimeInstalled = false;
 export async function startBenchEnv(reuse?: Pick<BenchEnv, 'fleetBundle' | 'baselineBundle'>): Promise<BenchEnv> {
   if (!runtimeInstalled) {
     // The fleet runs as deployed: its signals tagged (control-plane/signal-auth.ts), one key a run.
-    process.env.FLEET_SIGNAL_KEYS ||= randomBytes(32).toString('hex');
+    // BENCH_SIGNAL_AUTH=off runs it without keys (nothing tagged or checked), to measure the cost.
+    if (process.env.BENCH_SIGNAL_AUTH === 'off') delete process.env.FLEET_SIGNAL_KEYS;
+    else process.env.FLEET_SIGNAL_KEYS ||= randomBytes(32).toString('hex');
     Runtime.install({ logger: new DefaultLogger(process.env.BENCH_LOG === '1' ? 'INFO' : 'ERROR') });
     runtimeInstalled = true;
   }
