@@ -164,6 +164,16 @@ describe('seed 001: task scheduler', () => {
       },
     );
     assert.equal((await f.scheduler()).config.strategy, 'fifo_match');
+    // The update from anyone but the control plane is refused, whatever it says.
+    await assert.rejects(
+      client.workflow
+        .getHandle(schedulerWorkflowId(f.pool))
+        .executeUpdate(configureSchedulerUpdate, {
+          args: [{ strategy: 'fifo_match', maxQueueDepth: 1, agingMs: 1000 }],
+        }),
+      (err: unknown) =>
+        err instanceof WorkflowUpdateFailedError && /not sent by the control plane/.test(String(err.cause?.message)),
+    );
     // The same configuration as a signal (how the control plane sends one) is ignored, and logged.
     // A query waits for the workflow task that takes the signals, so it sees what they did.
     const before = (await f.scheduler()).config;

@@ -28,7 +28,7 @@ import {
 } from './continue-as-new';
 import { ErrorType, Reason } from './errors';
 import { deviceKey, deviceWorkflowId, hostWorkflowId, taskWorkflowId } from './ids';
-import { onSignal } from './authenticity';
+import { isAuthentic, onSignal } from './authenticity';
 import {
   admissionSignal,
   configureSchedulerUpdate,
@@ -298,7 +298,19 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
       dirty = true;
       return config;
     },
-    { validator: validateSchedulerConfig },
+    {
+      // Refused before anything is written unless the control plane sent it (authenticity.ts);
+      // validators run only live, so this changes no replay.
+      validator: (next) => {
+        if (!isAuthentic(next)) {
+          throw ApplicationFailure.nonRetryable(
+            'configureScheduler: not sent by the control plane',
+            ErrorType.InvalidConfig,
+          );
+        }
+        validateSchedulerConfig(next);
+      },
+    },
   );
   onSignal(setSchedulerConfigSignal, (next) => {
     try {
