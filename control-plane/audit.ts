@@ -260,10 +260,11 @@ export function refusalStart(events: temporal.api.history.v1.IHistoryEvent[]): n
     (e) =>
       e.markerRecordedEventAttributes?.markerName === 'core_patch' &&
       Object.values(e.markerRecordedEventAttributes.details ?? {}).some((d) =>
-        (d.payloads ?? []).some((p) =>
-          Buffer.from(p.data ?? [])
-            .toString()
-            .includes(SIGNAL_AUTH_PATCH),
+        (d.payloads ?? []).some(
+          (p) =>
+            Buffer.from(p.data ?? [])
+              .toString()
+              .includes(JSON.stringify(SIGNAL_AUTH_PATCH)), // the id as a JSON string: not a later "-v10"
         ),
       ),
   );

@@ -19,7 +19,7 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import type { Payload, PayloadCodec, SerializationContext } from '@temporalio/common';
-import { AUTH_METADATA } from '../workflows/authenticity';
+import { AUTH_METADATA, carriesAuthMark } from '../workflows/authenticity';
 
 const MAC_METADATA = 'fleet-mac';
 const DOMAIN = 'fleet.signal-mac.v1';
@@ -135,6 +135,5 @@ export async function taggedForWorkflow(
   if (!codecs.some((c) => (c as { [BRAND]?: boolean })[BRAND])) return true;
   let ps = payloads ?? [];
   for (const c of [...codecs].reverse()) ps = await c.decode(ps, { type: 'workflow', ...context });
-  const mark = ps[0]?.metadata?.[AUTH_METADATA];
-  return !!mark && mark.length === 1 && mark[0] === ONE[0];
+  return ps.length > 0 && carriesAuthMark(ps[0]);
 }

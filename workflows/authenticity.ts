@@ -8,6 +8,12 @@ import { log, patched, setHandler, type SignalDefinition } from '@temporalio/wor
 export const AUTH_METADATA = 'fleet-auth';
 export const AUTHENTIC = Symbol.for('fleet.authentic');
 
+/** Whether a payload carries the codec's mark (the metadata value `1`). */
+export function carriesAuthMark(payload: { metadata?: Record<string, Uint8Array | null | undefined> | null }): boolean {
+  const mark = payload.metadata?.[AUTH_METADATA];
+  return !!mark && mark.length === 1 && mark[0] === 0x31;
+}
+
 export function isAuthentic(value: unknown): boolean {
   return typeof value === 'object' && value !== null && (value as { [AUTHENTIC]?: boolean })[AUTHENTIC] === true;
 }

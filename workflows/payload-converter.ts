@@ -4,9 +4,7 @@
  * `payloadConverterPath` (control-plane/worker.ts).
  */
 import { defaultPayloadConverter, type Payload, type PayloadConverter } from '@temporalio/common';
-import { AUTH_METADATA, AUTHENTIC } from './authenticity';
-
-const ONE = 49; // '1'
+import { AUTHENTIC, carriesAuthMark } from './authenticity';
 
 class MarkingPayloadConverter implements PayloadConverter {
   toPayload<T>(value: T): Payload {
@@ -14,8 +12,7 @@ class MarkingPayloadConverter implements PayloadConverter {
   }
   fromPayload<T>(payload: Payload): T {
     const value = defaultPayloadConverter.fromPayload<T>(payload);
-    const mark = payload.metadata?.[AUTH_METADATA];
-    if (mark && mark.length === 1 && mark[0] === ONE && typeof value === 'object' && value !== null) {
+    if (carriesAuthMark(payload) && typeof value === 'object' && value !== null) {
       Object.defineProperty(value, AUTHENTIC, { value: true, enumerable: false });
     }
     return value;

@@ -132,15 +132,5 @@ export function rssSampler(pid: number, intervalMs = 200): { stop(): { peak: num
   };
 }
 
-export class TimeoutError extends Error {
-  override name = 'TimeoutError';
-}
-
-/** Rejects with TimeoutError if p has not settled within ms (p itself keeps running). */
-export function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new TimeoutError(`${what}: no answer within ${ms} ms`)), ms);
-  });
-  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
-}
+/** Rejects with TimeoutError if p has not settled within ms (p itself keeps running): the control plane's helper. */
+export { TimeoutError, within as withTimeout } from '../../control-plane/within';
