@@ -13,9 +13,9 @@
 import { AssertionError } from 'node:assert';
 import { WorkflowNotFoundError, type Client, type WorkflowHandle } from '@temporalio/client';
 import { open, SEALED_ENCODING } from './sealing';
-import { taggedForWorkflow } from './signal-auth';
+import { signalTagFor } from './signal-auth';
 import type { temporal } from '@temporalio/proto';
-import { SIGNAL_AUTH_PATCH } from '../workflows/authenticity';
+import { SIGNAL_AUTH_PATCH, SIGNAL_NAMES_PATCH } from '../workflows/authenticity';
 import type { Payload } from '@temporalio/common';
 import type { DeviceInput } from '../workflows/device';
 import { deviceKey, deviceWorkflowId, taskWorkflowId } from '../workflows/ids';
@@ -177,6 +177,7 @@ export async function deviceReservationIntervals(
   const where = { namespace: client.options.namespace, workflowId: deviceWorkflowId(hostId, deviceId) };
   for (const run of runs) {
     const refusingFrom = refusalStart(run.events);
+    const refusingUnnamedFrom = refusalStart(run.events, SIGNAL_NAMES_PATCH);
     for (const [i, event] of run.events.entries()) {
       seq++;
       const at = tsMs(event.eventTime);
@@ -209,13 +210,13 @@ export async function deviceReservationIntervals(
         open.delete(leaseId);
       };
       let received = event.workflowExecutionSignaledEventAttributes;
-      // A signal the device refused (untagged, once it refuses: workflows/authenticity.ts) did nothing.
-      if (
-        received &&
-        i >= refusingFrom &&
-        !(await taggedForWorkflow(client.options.loadedDataConverter.payloadCodecs, where, received.input?.payloads))
-      ) {
-        received = undefined;
+      // A signal the device refused (workflows/authenticity.ts, fromControlPlane) did nothing.
+      if (received) {
+        const codecs = client.options.loadedDataConverter.payloadCodecs;
+        const tag = await signalTagFor(codecs, where, received.signalName ?? '', received.input?.payloads);
+        const taken =
+          tag === 'taken' || (tag === 'unnamed' && i < refusingUnnamedFrom) || (tag === 'untagged' && i < refusingFrom);
+        if (!taken) received = undefined;
       }
       if (received?.signalName === 'releaseDevice') {
         const r = await decodeFirst<ReleaseNote>(client, received.input?.payloads);
@@ -251,11 +252,15 @@ export async function deviceReservationIntervals(
 }
 
 /**
- * The index from which a run refuses untagged signals: the signals delivered with the workflow task
- * that recorded the `signal-auth-v1` marker, and all after it. A run without the marker refused
- * none (it met no untagged signal since it could refuse; or it predates refusing).
+ * The index from which a run refuses untagged signals (or, with `SIGNAL_NAMES_PATCH`, tags without
+ * a name): the signals delivered with the workflow task that recorded the patch's marker, and all
+ * after it. A run without the marker refused none (it met no such signal since it could refuse; or
+ * it predates refusing).
  */
-export function refusalStart(events: temporal.api.history.v1.IHistoryEvent[]): number {
+export function refusalStart(
+  events: temporal.api.history.v1.IHistoryEvent[],
+  patchId: string = SIGNAL_AUTH_PATCH,
+): number {
   const marker = events.findIndex(
     (e) =>
       e.markerRecordedEventAttributes?.markerName === 'core_patch' &&
@@ -264,7 +269,7 @@ export function refusalStart(events: temporal.api.history.v1.IHistoryEvent[]): n
           (p) =>
             Buffer.from(p.data ?? [])
               .toString()
-              .includes(JSON.stringify(SIGNAL_AUTH_PATCH)), // the id as a JSON string: not a later "-v10"
+              .includes(JSON.stringify(patchId)), // the id as a JSON string: not a later "-v10"
         ),
       ),
   );

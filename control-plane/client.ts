@@ -47,7 +47,7 @@ import {
 } from '../workflows/types';
 import { initialTaskView, MAX_ATTEMPTS_LIMIT } from '../workflows/policy';
 import { taskWorkflowQueue, type ControlPlaneConfig } from './config';
-import { taggedForWorkflow } from './signal-auth';
+import { signalTagFor } from './signal-auth';
 import { SupersededRuns } from './superseded';
 
 export class ValidationError extends Error {
@@ -421,7 +421,12 @@ export class FleetClient {
         }
         const signal = e.workflowExecutionSignaledEventAttributes;
         // Only what the control plane sent counts (the task workflow ignores the rest too).
-        if (signal && !refused && (await taggedForWorkflow(converter.payloadCodecs, where, signal.input?.payloads))) {
+        if (
+          signal &&
+          !refused &&
+          (await signalTagFor(converter.payloadCodecs, where, signal.signalName ?? '', signal.input?.payloads)) ===
+            'taken'
+        ) {
           if (signal.signalName === admissionSignal.name) {
             const admission = await decode<Admission>(signal.input?.payloads);
             if (admission.accepted) return { kind: 'admitted', startedAt, alreadyThere: page === 0, ours };

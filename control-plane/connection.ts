@@ -19,7 +19,8 @@
  * Every problem found is reported at once, in one TemporalSettingsError.
  */
 import { readFileSync } from 'node:fs';
-import { Client, Connection } from '@temporalio/client';
+import { Client, Connection, type WorkflowClientInterceptor } from '@temporalio/client';
+import { asSignal } from '../workflows/authenticity';
 import { createSignalAuthCodec, type SignalKeys } from './signal-auth';
 import { NativeConnection } from '@temporalio/worker';
 
@@ -202,12 +203,48 @@ export async function connectClient(s: TemporalSettings, opts: { signalKeys?: Si
   return new Client({ connection, namespace: s.namespace, ...signingClientOptions(opts.signalKeys) });
 }
 
+/** The payload converter of the workflows and of the control plane's clients (it writes a signal's name). */
+export const PAYLOAD_CONVERTER_PATH = require.resolve('../workflows/payload-converter');
+
 /**
- * A control-plane client's data converter: it tags what it sends to a workflow with the signal
- * keys (signal-auth.ts), so the workflows take its signals. Hosts never get the keys.
+ * A control-plane client's data converter: it tags the signals it sends to a workflow with the
+ * signal keys (signal-auth.ts), so the workflows take them. Hosts never get the keys.
  */
 export function signingClientOptions(signalKeys: SignalKeys | undefined) {
-  return { dataConverter: { payloadCodecs: [createSignalAuthCodec(signalKeys)] } };
+  if (!signalKeys) warnUnsignedOnce();
+  return {
+    dataConverter: { payloadConverterPath: PAYLOAD_CONVERTER_PATH, payloadCodecs: [createSignalAuthCodec(signalKeys)] },
+    interceptors: { workflow: [namingSignals] },
+  };
+}
+
+/**
+ * Names every signal's argument (and the one update the control plane may send) for the codec,
+ * so that what this client sends is tagged for that name only (workflows/authenticity.ts).
+ */
+const namingSignals: WorkflowClientInterceptor = {
+  signal: (input, next) => next({ ...input, args: namedArgs(input.signalName, input.args) }),
+  signalWithStart: (input, next) => next({ ...input, signalArgs: namedArgs(input.signalName, input.signalArgs) }),
+  startUpdate: (input, next) => next({ ...input, args: namedArgs(input.updateName, input.args) }),
+};
+
+function namedArgs(name: string, args: unknown[]): unknown[] {
+  const [first, ...rest] = args;
+  return typeof first === 'object' && first !== null ? [asSignal({ name }, first), ...rest] : args;
+}
+
+let warnedUnsigned = false;
+/**
+ * A control-plane process without keys: its signals carry no tag, and a fleet whose workflows
+ * refuse untagged signals ignores them. Said once, on stderr (never the key: there is none).
+ */
+function warnUnsignedOnce(): void {
+  if (warnedUnsigned || process.env.FLEET_SIGNAL_KEYS_QUIET === '1') return;
+  warnedUnsigned = true;
+  console.warn(
+    'fleet: no FLEET_SIGNAL_KEYS (nor FLEET_SIGNAL_KEYS_FILE): signals from this process are not tagged; ' +
+      'workers with keys ignore them, and workers without keys take signals from anyone (README, "Configuration")',
+  );
 }
 
 export async function connectWorker(s: TemporalSettings): Promise<NativeConnection> {

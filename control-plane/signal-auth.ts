@@ -4,27 +4,44 @@
  * what the control plane's workflows tell one another (an assignment, another host's device list).
  *
  * Every process of the control plane (its worker, REST, the scripts) shares a secret key
- * (`FLEET_SIGNAL_KEYS`), which hosts never get. This codec adds an HMAC-SHA256 tag to every payload
- * it encodes for a workflow, bound to that workflow's namespace and id. On decode it marks the
- * payloads whose tag is valid (metadata `fleet-auth`, which it first removes from every payload,
- * so a sender cannot set it itself), and the workflows' payload converter
+ * (`FLEET_SIGNAL_KEYS`), which hosts never get. A sender names each signal's argument
+ * (`asSignal`, workflows/authenticity.ts); the payload converter writes the name into the payload
+ * (metadata `fleet-signal`), and this codec adds an HMAC-SHA256 tag to every payload so named that
+ * it encodes for a workflow, bound to the workflow's namespace and id and to the signal's name.
+ * Nothing else gets a tag: a workflow input, a query answer or a continue-as-new input cannot be
+ * sent to a workflow as a signal, nor a signal under another signal's name.
+ *
+ * On decode it marks the payloads whose tag verifies (metadata `fleet-auth`, which it first removes
+ * from every payload, so a sender cannot set it itself), and the workflows' payload converter
  * (`workflows/payload-converter.ts`) marks the values decoded from them. The workflows take a
- * signal only with that mark (`workflows/authenticity.ts`). The key never reaches the sandbox,
- * a history, a log or a response; the tags in histories are no secret.
+ * signal only with a mark for its name. The key never reaches the sandbox, a history, a log or a
+ * response; the tags in histories are no secret.
  *
  * Without keys the codec marks every workflow payload: authentication is off, as before it
- * existed. Turning it on is one-way: a history replays the same only with a key that verifies
- * its tags, so keep retired keys in the list (the first one signs; every one verifies).
+ * existed. With `FLEET_SIGNAL_AUTH=sign-only` it tags but still marks every payload, for the
+ * upgrade: processes of an older build may still send untagged signals. Turning refusal on is
+ * one-way: a history replays the same only with a key that verifies its tags, so keep retired keys
+ * in the list (the first one signs; every one verifies).
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import type { Payload, PayloadCodec, SerializationContext } from '@temporalio/common';
-import { AUTH_METADATA, carriesAuthMark } from '../workflows/authenticity';
+import {
+  AUTH_METADATA,
+  authMark,
+  type AuthMark,
+  carriesAuthMark,
+  MARK_ANY,
+  MARK_NAMED,
+  MARK_UNNAMED,
+  signalNameOf,
+} from '../workflows/authenticity';
 
 const MAC_METADATA = 'fleet-mac';
-const DOMAIN = 'fleet.signal-mac.v1';
+/** The first scheme (session 15): bound to namespace and workflow, not to a signal name. Verified only. */
+const DOMAIN_V1 = 'fleet.signal-mac.v1';
+const DOMAIN = 'fleet.signal-mac.v2';
 const te = new TextEncoder();
-const ONE = te.encode('1');
 
 export class SignalKeyError extends Error {
   override name = 'SignalKeyError';
@@ -35,6 +52,21 @@ export interface SignalKeys {
   current: Buffer;
   /** Every key that verifies (current first, then retired ones). */
   all: Buffer[];
+  /**
+   * Whether workflows refuse what these keys do not verify (the default). `false`
+   * (`FLEET_SIGNAL_AUTH=sign-only`): tag, and take everything, while an older build still runs.
+   */
+  enforce: boolean;
+}
+
+export type SignalAuthMode = 'enforce' | 'sign-only';
+
+/** `FLEET_SIGNAL_AUTH`: `enforce` (the default) or `sign-only`. */
+export function parseSignalAuthMode(text: string | undefined): SignalAuthMode {
+  const v = (text ?? '').trim();
+  if (v === '' || v === 'enforce') return 'enforce';
+  if (v === 'sign-only') return 'sign-only';
+  throw new SignalKeyError(`FLEET_SIGNAL_AUTH: "${v}" is neither "enforce" nor "sign-only"`);
 }
 
 /**
@@ -54,7 +86,7 @@ export function parseSignalKeys(text: string | undefined, from = 'FLEET_SIGNAL_K
     }
     return key;
   });
-  return { current: all[0], all };
+  return { current: all[0], all, enforce: true };
 }
 
 /**
@@ -62,6 +94,12 @@ export function parseSignalKeys(text: string | undefined, from = 'FLEET_SIGNAL_K
  * `fallbackFile` when it exists (the repository's scripts: `.data/signal.key` of `npm start`).
  */
 export function signalKeysFromEnv(env: NodeJS.ProcessEnv = process.env, fallbackFile?: string): SignalKeys | undefined {
+  const keys = keysFromEnv(env, fallbackFile);
+  const enforce = parseSignalAuthMode(env.FLEET_SIGNAL_AUTH) === 'enforce';
+  return keys && { ...keys, enforce };
+}
+
+function keysFromEnv(env: NodeJS.ProcessEnv, fallbackFile: string | undefined): SignalKeys | undefined {
   if (env.FLEET_SIGNAL_KEYS !== undefined && env.FLEET_SIGNAL_KEYS.trim() !== '')
     return parseSignalKeys(env.FLEET_SIGNAL_KEYS);
   const file = env.FLEET_SIGNAL_KEYS_FILE || (fallbackFile && existsSync(fallbackFile) ? fallbackFile : undefined);
@@ -77,9 +115,20 @@ export function signalKeysFromEnv(env: NodeJS.ProcessEnv = process.env, fallback
   return keys;
 }
 
-function tag(key: Buffer, ctx: { namespace: string; workflowId: string }, p: Payload): Buffer {
+/** `signal`: the name the tag is bound to; undefined, the first scheme's tag (no name). */
+function tag(
+  key: Buffer,
+  ctx: { namespace: string; workflowId: string },
+  p: Payload,
+  signal: string | undefined,
+): Buffer {
   const h = createHmac('sha256', key);
-  for (const part of [DOMAIN, ctx.namespace, ctx.workflowId, Buffer.from(p.metadata?.encoding ?? []).toString()]) {
+  const encoding = Buffer.from(p.metadata?.encoding ?? []).toString();
+  const parts =
+    signal === undefined
+      ? [DOMAIN_V1, ctx.namespace, ctx.workflowId, encoding]
+      : [DOMAIN, ctx.namespace, ctx.workflowId, signal, encoding];
+  for (const part of parts) {
     h.update(`${Buffer.byteLength(part)}:${part};`);
   }
   h.update(Buffer.from(p.data ?? []));
@@ -96,26 +145,34 @@ const withoutMeta = (p: Payload, ...names: string[]): Payload => {
 const BRAND = Symbol.for('fleet.signal-auth-codec');
 
 export function createSignalAuthCodec(keys: SignalKeys | undefined): PayloadCodec {
+  const mark = (p: Payload, m: AuthMark): Payload => ({
+    ...p,
+    metadata: { ...p.metadata, [AUTH_METADATA]: te.encode(m) },
+  });
   const codec: PayloadCodec & { [BRAND]: true } = {
     [BRAND]: true,
     async encode(payloads: Payload[], context?: SerializationContext) {
       if (!keys || context?.type !== 'workflow') return payloads;
       return payloads.map((raw) => {
         const p = withoutMeta(raw, MAC_METADATA, AUTH_METADATA);
-        return { ...p, metadata: { ...p.metadata, [MAC_METADATA]: tag(keys.current, context, p) } };
+        const signal = signalNameOf(p);
+        // Only a signal's argument, named by its sender: nothing else can pass for a signal.
+        if (signal === undefined) return p;
+        return { ...p, metadata: { ...p.metadata, [MAC_METADATA]: tag(keys.current, context, p, signal) } };
       });
     },
     async decode(payloads: Payload[], context?: SerializationContext) {
       return payloads.map((raw) => {
         const p = withoutMeta(raw, AUTH_METADATA);
         if (context?.type !== 'workflow') return p;
-        let authentic = !keys;
+        if (!keys || !keys.enforce) return mark(p, MARK_ANY);
         const mac = p.metadata?.[MAC_METADATA];
-        if (keys && mac && mac.length === 32) {
-          const bare = withoutMeta(p, MAC_METADATA);
-          authentic = keys.all.some((k) => timingSafeEqual(tag(k, context, bare), Buffer.from(mac)));
-        }
-        return authentic ? { ...p, metadata: { ...p.metadata, [AUTH_METADATA]: ONE } } : p;
+        if (!mac || mac.length !== 32) return p;
+        const bare = withoutMeta(p, MAC_METADATA);
+        const signal = signalNameOf(p);
+        const verifies = keys.all.some((k) => timingSafeEqual(tag(k, context, bare, signal), Buffer.from(mac)));
+        if (!verifies) return p;
+        return mark(p, signal === undefined ? MARK_UNNAMED : MARK_NAMED);
       });
     },
   };
@@ -123,17 +180,24 @@ export function createSignalAuthCodec(keys: SignalKeys | undefined): PayloadCode
 }
 
 /**
- * For a client that reads a workflow's history itself (the submit's admission): whether the first
- * payload carries the control plane's valid tag for that workflow. A client without this codec
- * cannot tell, and takes every payload as before.
+ * For a client that reads a workflow's history itself (the submit's admission, the audit): how the
+ * first payload of a signal of this name in that workflow's history stands. `taken`: the control
+ * plane's for this name (or authentication is off); `unnamed`: a tag of the first scheme (taken
+ * only by runs from before named tags); `other`: a valid tag for another signal's name (refused);
+ * `untagged` (taken only by runs from before refusals). A client without this codec cannot
+ * tell, and takes every payload as before.
  */
-export async function taggedForWorkflow(
+export async function signalTagFor(
   codecs: PayloadCodec[],
   context: { namespace: string; workflowId: string },
+  signal: string,
   payloads: Payload[] | null | undefined,
-): Promise<boolean> {
-  if (!codecs.some((c) => (c as { [BRAND]?: boolean })[BRAND])) return true;
+): Promise<'taken' | 'unnamed' | 'other' | 'untagged'> {
+  if (!codecs.some((c) => (c as { [BRAND]?: boolean })[BRAND])) return 'taken';
   let ps = payloads ?? [];
   for (const c of [...codecs].reverse()) ps = await c.decode(ps, { type: 'workflow', ...context });
-  return ps.length > 0 && carriesAuthMark(ps[0]);
+  if (ps.length === 0) return 'untagged';
+  if (carriesAuthMark(ps[0], signal)) return 'taken';
+  const mark = authMark(ps[0]);
+  return mark === MARK_UNNAMED ? 'unnamed' : mark === MARK_NAMED ? 'other' : 'untagged';
 }

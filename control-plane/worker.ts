@@ -21,6 +21,7 @@ import {
 import type { schedulerWorkflow } from '../workflows/scheduler';
 import { ALL_SEARCH_ATTRIBUTES } from '../workflows/search-attributes';
 import { poolConfig, schedulerInput, taskWorkflowQueue, type ControlPlaneConfig } from './config';
+import { PAYLOAD_CONVERTER_PATH } from './connection';
 import { createSealingCodec } from './sealing';
 import { createSignalAuthCodec, signalKeysFromEnv, type SignalKeys } from './signal-auth';
 import { within } from './within';
@@ -32,7 +33,7 @@ import { within } from './within';
  */
 export const WORKFLOW_PRELOAD_MODULES = [require.resolve('../workflows/identity')];
 /** The workflows' payload converter (marks what the control plane signed); every bundle needs it. */
-export const WORKFLOW_PAYLOAD_CONVERTER = require.resolve('../workflows/payload-converter');
+export const WORKFLOW_PAYLOAD_CONVERTER = PAYLOAD_CONVERTER_PATH;
 
 /** What the control plane's workers (and replays of their histories) encode and decode with. */
 export function controlPlaneDataConverter(signalKeys: SignalKeys | undefined) {

@@ -288,7 +288,7 @@ describe('host identity: forged signals', () => {
     return n;
   };
 
-  it("A signal without the control plane's tag changes nothing: another host's device list, a task's assignment, a forged tag", async () => {
+  it("A signal without the control plane's tag changes nothing: another host's device list, a task's assignment, a forged tag, a tagged payload sent again under another name", async () => {
     f = await startFleet('forged-signals');
     await f.addHost('A', [{ deviceId: 'a1' }]);
     await eventually(async () => ((await f!.scheduler()).devices.length === 1 ? true : undefined), 'A known');
@@ -385,6 +385,27 @@ describe('host identity: forged signals', () => {
     const intervals = await deviceReservationIntervals(f.client, f.hostId('A'), 'a1');
     const open = intervals.find((iv) => iv.leaseId === leaseId);
     assert.ok(open && open.end === undefined, 'the forged release ended nothing in the audit');
+    // 5. What the control plane did tag, sent back: the device's own reservation (a valid tag for
+    // `reserveDevice`) under another signal's name, and its workflow input (no tag) as a signal.
+    const events = (await f.client.workflow.getHandle(device).fetchHistory()).events ?? [];
+    const reserved = events.find((e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'reserveDevice');
+    const started = events.find((e) => e.workflowExecutionStartedEventAttributes);
+    assert.ok(reserved?.workflowExecutionSignaledEventAttributes?.input?.payloads?.[0]?.metadata?.['fleet-mac']);
+    for (const [signalName, input] of [
+      ['retireDevice', reserved!.workflowExecutionSignaledEventAttributes!.input],
+      ['releaseDevice', reserved!.workflowExecutionSignaledEventAttributes!.input],
+      ['retireDevice', started!.workflowExecutionStartedEventAttributes!.input],
+    ] as const) {
+      await stranger().workflowService.signalWorkflowExecution({
+        namespace: testEnv().namespace ?? 'default',
+        workflowExecution: { workflowId: device },
+        signalName,
+        input,
+      });
+    }
+    const still = await f.client.workflow.getHandle(device).query(deviceStateQuery);
+    assert.equal(still.retiring, undefined, 'not retired by a payload sent again under another name');
+    assert.equal(still.current?.leaseId, leaseId);
     await f.fleet.cancel(held.taskId);
   });
 });

@@ -23,7 +23,7 @@ import {
 } from '@temporalio/workflow';
 import { InFlight, shouldContinueAsNew } from './continue-as-new';
 import { schedulerWorkflowId, taskWorkflowId } from './ids';
-import { onSignal } from './authenticity';
+import { asSignal, onSignal } from './authenticity';
 import {
   assignmentSignal,
   deviceReleasedSignal,
@@ -83,14 +83,17 @@ export async function deviceWorkflow(input: DeviceInput): Promise<void> {
     view.refusedPools = [];
     for (const pool of pools) {
       send(
-        getExternalWorkflowHandle(schedulerWorkflowId(pool)).signal(deviceReleasedSignal, {
-          hostId,
-          deviceId,
-          leaseId: r.leaseId,
-          taskId: r.taskId,
-          reason,
-          detail,
-        }),
+        getExternalWorkflowHandle(schedulerWorkflowId(pool)).signal(
+          deviceReleasedSignal,
+          asSignal(deviceReleasedSignal, {
+            hostId,
+            deviceId,
+            leaseId: r.leaseId,
+            taskId: r.taskId,
+            reason,
+            detail,
+          }),
+        ),
         (err) => log.warn('could not tell a scheduler about a release', { pool, error: String(err) }),
       );
     }
@@ -123,16 +126,19 @@ export async function deviceWorkflow(input: DeviceInput): Promise<void> {
       // A pool that has not heard yet that the host is gone: refused, as if held (it tries elsewhere).
       view.refusals++;
       send(
-        getExternalWorkflowHandle(schedulerWorkflowId(req.pool)).signal(reservationRefusedSignal, {
-          hostId,
-          deviceId,
-          request: req,
-          // Marked held for a minute, so the pool does not offer it again meanwhile; by then the
-          // host's removal has taken the device out of the pool.
-          heldBy: cur
-            ? { taskId: cur.taskId, leaseId: cur.leaseId, expiresAt: cur.expiresAt }
-            : { taskId: 'host-removed', leaseId: `retired/${hostId}/${deviceId}`, expiresAt: Date.now() + 60_000 },
-        }),
+        getExternalWorkflowHandle(schedulerWorkflowId(req.pool)).signal(
+          reservationRefusedSignal,
+          asSignal(reservationRefusedSignal, {
+            hostId,
+            deviceId,
+            request: req,
+            // Marked held for a minute, so the pool does not offer it again meanwhile; by then the
+            // host's removal has taken the device out of the pool.
+            heldBy: cur
+              ? { taskId: cur.taskId, leaseId: cur.leaseId, expiresAt: cur.expiresAt }
+              : { taskId: 'host-removed', leaseId: `retired/${hostId}/${deviceId}`, expiresAt: Date.now() + 60_000 },
+          }),
+        ),
         (err) => log.warn('could not tell the scheduler about a refusal', { error: String(err) }),
       );
       return;
@@ -141,12 +147,15 @@ export async function deviceWorkflow(input: DeviceInput): Promise<void> {
       view.refusals++;
       if (!view.refusedPools.includes(req.pool)) view.refusedPools.push(req.pool);
       send(
-        getExternalWorkflowHandle(schedulerWorkflowId(req.pool)).signal(reservationRefusedSignal, {
-          hostId,
-          deviceId,
-          request: req,
-          heldBy: { taskId: cur.taskId, leaseId: cur.leaseId, expiresAt: cur.expiresAt },
-        }),
+        getExternalWorkflowHandle(schedulerWorkflowId(req.pool)).signal(
+          reservationRefusedSignal,
+          asSignal(reservationRefusedSignal, {
+            hostId,
+            deviceId,
+            request: req,
+            heldBy: { taskId: cur.taskId, leaseId: cur.leaseId, expiresAt: cur.expiresAt },
+          }),
+        ),
         (err) => log.warn('could not tell the scheduler about a refusal', { error: String(err) }),
       );
       return;
@@ -158,15 +167,18 @@ export async function deviceWorkflow(input: DeviceInput): Promise<void> {
     view.reservations++;
     describe();
     send(
-      getExternalWorkflowHandle(taskWorkflowId(req.taskId)).signal(assignmentSignal, {
-        taskId: req.taskId,
-        attempt: req.attempt,
-        leaseId: req.leaseId,
-        hostId,
-        deviceId,
-        reservedAt: now,
-        hostKeys: req.hostKeys,
-      }),
+      getExternalWorkflowHandle(taskWorkflowId(req.taskId)).signal(
+        assignmentSignal,
+        asSignal(assignmentSignal, {
+          taskId: req.taskId,
+          attempt: req.attempt,
+          leaseId: req.leaseId,
+          hostId,
+          deviceId,
+          reservedAt: now,
+          hostKeys: req.hostKeys,
+        }),
+      ),
       // The task ended (cancelled, or gone) before it heard of the device: nobody will use it.
       () => release(r, 'task_gone'),
     );

@@ -42,7 +42,7 @@ import {
   type HostPublicKeys,
 } from './identity';
 import { deviceWorkflowId, hostTaskQueue } from './ids';
-import { onSignal } from './authenticity';
+import { asSignal, onSignal } from './authenticity';
 import {
   hostSnapshotUpdate,
   hostStateQuery,
@@ -437,7 +437,7 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
     await Promise.all(
       [...ensured].map((deviceId) =>
         getExternalWorkflowHandle(deviceWorkflowId(hostId, deviceId))
-          .signal(retireDeviceSignal, { by: hostId })
+          .signal(retireDeviceSignal, asSignal(retireDeviceSignal, { by: hostId }))
           .catch((err) => log.warn('could not retire a device workflow', { hostId, deviceId, error: String(err) })),
       ),
     );

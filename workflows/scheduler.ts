@@ -28,7 +28,7 @@ import {
 } from './continue-as-new';
 import { ErrorType, Reason } from './errors';
 import { deviceKey, deviceWorkflowId, hostWorkflowId, taskWorkflowId } from './ids';
-import { isAuthentic, onSignal } from './authenticity';
+import { asSignal, isAuthentic, onSignal } from './authenticity';
 import {
   admissionSignal,
   configureSchedulerUpdate,
@@ -252,11 +252,14 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
       deferredReplies.push({ taskId, admission });
       return;
     }
-    send(getExternalWorkflowHandle(taskWorkflowId(taskId)).signal(admissionSignal, admission), (err) => {
-      log.warn('admission reply failed; dropping the task from the queue', { taskId, error: String(err) });
-      const i = queueIndex(taskId);
-      if (i >= 0) queue.splice(i, 1);
-    });
+    send(
+      getExternalWorkflowHandle(taskWorkflowId(taskId)).signal(admissionSignal, asSignal(admissionSignal, admission)),
+      (err) => {
+        log.warn('admission reply failed; dropping the task from the queue', { taskId, error: String(err) });
+        const i = queueIndex(taskId);
+        if (i >= 0) queue.splice(i, 1);
+      },
+    );
   };
   // Tasks admitted while the previous run rolled over: a task still queued is answered like any
   // other enqueue, after this run's first round and only if that round gave it no device (the
@@ -302,7 +305,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
       // Refused before anything is written unless the control plane sent it (authenticity.ts);
       // validators run only live, so this changes no replay.
       validator: (next) => {
-        if (!isAuthentic(next)) {
+        if (!isAuthentic(next, configureSchedulerUpdate.name)) {
           throw ApplicationFailure.nonRetryable(
             'configureScheduler: not sent by the control plane',
             ErrorType.InvalidConfig,
@@ -427,7 +430,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     passing.set(k, r);
     send(
       getExternalWorkflowHandle(deviceWorkflowId(r.hostId, r.deviceId))
-        .signal(releaseDeviceSignal, { ...releaseNote(r), via: pool })
+        .signal(releaseDeviceSignal, asSignal(releaseDeviceSignal, { ...releaseNote(r), via: pool }))
         .finally(() => {
           if (passing.get(k) === r) passing.delete(k);
         }),
@@ -471,14 +474,20 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   }
 
   function askReconfirm(hostId: string, at: number, reason: string): void {
-    send(getExternalWorkflowHandle(hostWorkflowId(hostId)).signal(reconfirmHostSignal, { reason, at }), (err) => {
-      log.warn('could not ask the host workflow to reconfirm; not holding its devices back', {
-        hostId,
-        error: String(err),
-      });
-      if (suspects.get(hostId) === at) suspects.delete(hostId);
-      dirty = true;
-    });
+    send(
+      getExternalWorkflowHandle(hostWorkflowId(hostId)).signal(
+        reconfirmHostSignal,
+        asSignal(reconfirmHostSignal, { reason, at }),
+      ),
+      (err) => {
+        log.warn('could not ask the host workflow to reconfirm; not holding its devices back', {
+          hostId,
+          error: String(err),
+        });
+        if (suspects.get(hostId) === at) suspects.delete(hostId);
+        dirty = true;
+      },
+    );
   }
 
   /** Could take work: online, healthy, not drained, its host trusted and not presumed lost. */
@@ -508,7 +517,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
           send(
             getExternalWorkflowHandle(deviceWorkflowId(k.slice(0, slash), k.slice(slash + 1))).signal(
               expireHoldSignal,
-              { leaseId: h.leaseId },
+              asSignal(expireHoldSignal, { leaseId: h.leaseId }),
             ),
             (err) => log.warn('could not expire a hold', { device: k, error: String(err) }),
           );
@@ -551,15 +560,18 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
       });
       counters.assignments++;
       send(
-        getExternalWorkflowHandle(deviceWorkflowId(device.hostId, device.deviceId)).signal(reserveDeviceSignal, {
-          taskId: task.taskId,
-          attempt: task.attempt,
-          leaseId,
-          pool,
-          holdMs: task.holdMs,
-          hostKeys: hostKeys.get(device.hostId)!,
-          ...(previous ? { release: releaseNote(previous) } : {}),
-        }),
+        getExternalWorkflowHandle(deviceWorkflowId(device.hostId, device.deviceId)).signal(
+          reserveDeviceSignal,
+          asSignal(reserveDeviceSignal, {
+            taskId: task.taskId,
+            attempt: task.attempt,
+            leaseId,
+            pool,
+            holdMs: task.holdMs,
+            hostKeys: hostKeys.get(device.hostId)!,
+            ...(previous ? { release: releaseNote(previous) } : {}),
+          }),
+        ),
         (err) => {
           // No device workflow to hold the reservation: treat the device as offline until its host reports again.
           log.warn('reserve failed; device set offline until the next host update', { device: k, error: String(err) });

@@ -28,7 +28,7 @@ import type { HostActivities } from '../host-worker/activities';
 import { ErrorType, Reason } from './errors';
 import { SignDomain, verifySignature, type HostPublicKeys } from './identity';
 import { deviceKey, deviceWorkflowId, hostTaskQueue, schedulerWorkflowId } from './ids';
-import { onSignal } from './authenticity';
+import { asSignal, onSignal } from './authenticity';
 import {
   admissionSignal,
   assignmentSignal,
@@ -213,12 +213,12 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
     if (!first && failedOn.length > 0) req.avoid = failedOn;
     awaitingAttempt = attempt;
     try {
-      await scheduler.signal(enqueueTaskSignal, req);
+      await scheduler.signal(enqueueTaskSignal, asSignal(enqueueTaskSignal, req));
     } catch (err) {
       // The pool's scheduler does not run yet: have the control plane start it, then try once more.
       log.info('scheduler missing; asking the control plane to start it', { pool: input.pool, error: String(err) });
       await ensureScheduler(input.pool);
-      await scheduler.signal(enqueueTaskSignal, req);
+      await scheduler.signal(enqueueTaskSignal, asSignal(enqueueTaskSignal, req));
     }
   };
 
@@ -348,7 +348,7 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
           await releaseDevice(cur, 'cancelled');
         } else if (awaitingAttempt > 0) {
           await scheduler
-            .signal(dequeueTaskSignal, { taskId: input.taskId })
+            .signal(dequeueTaskSignal, asSignal(dequeueTaskSignal, { taskId: input.taskId }))
             .catch((e) => log.warn('dequeue failed', { error: String(e) }));
         }
         if (assignment) stray.push(assignment);
@@ -365,7 +365,7 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
   async function giveUpWaiting(limitMs: number): Promise<TaskResult> {
     awaitingAttempt = 0;
     await scheduler
-      .signal(dequeueTaskSignal, { taskId: input.taskId })
+      .signal(dequeueTaskSignal, asSignal(dequeueTaskSignal, { taskId: input.taskId }))
       .catch((e) => log.warn('dequeue failed', { error: String(e) }));
     if (assignment) {
       stray.push(assignment);
@@ -447,14 +447,17 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
     if (input.releaseViaPool) {
       const { hostId, deviceId, leaseId } = record;
       try {
-        await scheduler.signal(taskReleasedSignal, { hostId, deviceId, leaseId, taskId: input.taskId, reason, detail });
+        await scheduler.signal(
+          taskReleasedSignal,
+          asSignal(taskReleasedSignal, { hostId, deviceId, leaseId, taskId: input.taskId, reason, detail }),
+        );
         return;
       } catch (e) {
         log.warn('could not tell the pool the attempt ended; releasing at the device', { error: String(e) });
       }
     }
     await getExternalWorkflowHandle(deviceWorkflowId(record.hostId, record.deviceId))
-      .signal(releaseDeviceSignal, { leaseId: record.leaseId, reason, detail })
+      .signal(releaseDeviceSignal, asSignal(releaseDeviceSignal, { leaseId: record.leaseId, reason, detail }))
       .catch((e) => log.warn('release failed; the device frees itself at its hold deadline', { error: String(e) }));
   }
 
