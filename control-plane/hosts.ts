@@ -3,10 +3,11 @@
  * (creating it if needed). The host's secret never leaves the host's credential file.
  */
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
+import type { SignalDefinition } from '@temporalio/common';
 import type { hostWorkflow } from '../workflows/host';
 import { hostWorkflowId } from '../workflows/ids';
 import { sameKeys, type HostPublicKeys } from '../workflows/identity';
-import { hostStateQuery, registerHostKeysSignal, type HostView } from '../workflows/messages';
+import { hostStateQuery, registerHostKeysSignal, type HostAdminRef, type HostView } from '../workflows/messages';
 import { FleetPool } from '../workflows/search-attributes';
 import type { ControlPlaneConfig } from './config';
 
@@ -107,4 +108,30 @@ export async function enrollHost(
     },
   );
   return { created: !running, rotated };
+}
+
+let lastAdminVersion = 0;
+
+/**
+ * Sends an operator's change (drain, undrain, removal) to a host workflow, naming the enrolment it
+ * is for and a version above any applied (`HostAdminRef`): sent again later, or after the host was
+ * removed and enrolled anew, it changes nothing. `view`: the host's state when the caller has just
+ * read it (else it is queried here).
+ */
+export async function sendHostChange<T extends object>(
+  client: Client,
+  hostId: string,
+  def: SignalDefinition<[T & HostAdminRef]>,
+  change: T,
+  view?: HostView,
+): Promise<void> {
+  const handle = client.workflow.getHandle(hostWorkflowId(hostId));
+  const state = view ?? (await handle.query(hostStateQuery));
+  // Wall-clock milliseconds, so that changes from several control-plane processes order as sent;
+  // never below what the host applied, nor below this process's last.
+  lastAdminVersion = Math.max(Date.now(), (state.adminVersion ?? 0) + 1, lastAdminVersion + 1);
+  // A host workflow of a build before HostAdminRef says no enrolment: it takes the change as it was.
+  const ref: HostAdminRef =
+    state.enrolment === undefined ? {} : { enrolment: state.enrolment, version: lastAdminVersion };
+  await handle.signal(def, { ...change, ...ref });
 }

@@ -7,7 +7,7 @@ import { existsSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, unlin
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { temporal } from '@temporalio/proto';
-import { enrollHost } from '../control-plane/hosts';
+import { enrollHost, sendHostChange } from '../control-plane/hosts';
 import { generateHostCredential, publicKeys, saveHostCredential } from '../host-worker/identity';
 import { hostWorkflowId } from '../workflows/ids';
 import { hostStateQuery, setDeviceDrainSignal, setHostDrainSignal } from '../workflows/messages';
@@ -219,10 +219,9 @@ describe('host agent (seed 002)', () => {
   it('Drain / undrain a host and a device: no new assignments, running work finishes', async () => {
     f = await startFleet('drain');
     await f.addHost('A', [{ deviceId: 'a1' }, { deviceId: 'a2' }]);
-    const hostA = f.client.workflow.getHandle(hostWorkflowId(f.hostId('A')));
     const running = await f.fleet.submit({ goal: 'running [sim duration=2500]', constraints: { deviceId: 'a1' } });
     await f.waitForStatus(running.taskId, 'running');
-    await hostA.signal(setHostDrainSignal, { drained: true });
+    await sendHostChange(f.client, f.hostId('A'), setHostDrainSignal, { drained: true });
     await eventually(
       async () => ((await f!.scheduler()).devices.every((d) => d.hostDrained) ? true : undefined),
       'drained',
@@ -232,16 +231,31 @@ describe('host agent (seed 002)', () => {
     await sleep(500);
     assert.equal((await f.fleet.get(waiting.taskId)).status, 'queued', 'no new assignment on a drained host');
     // Undrain the host but drain device a2: the waiting task may only get a1.
-    await hostA.signal(setDeviceDrainSignal, { deviceId: 'a2', drained: true });
-    await hostA.signal(setHostDrainSignal, { drained: false });
+    await sendHostChange(f.client, f.hostId('A'), setDeviceDrainSignal, { deviceId: 'a2', drained: true });
+    await sendHostChange(f.client, f.hostId('A'), setHostDrainSignal, { drained: false });
     const done = await f.fleet.wait(waiting.taskId);
     assert.equal(done.status, 'done');
     assert.equal(done.attempts[0].deviceId, 'a1');
     const pinned = await f.fleet.submit({ goal: 'pinned [sim duration=50]', constraints: { deviceId: 'a2' } });
     await sleep(1_000);
     assert.equal((await f.fleet.get(pinned.taskId)).status, 'queued', 'a drained device gets nothing');
-    await hostA.signal(setDeviceDrainSignal, { deviceId: 'a2', drained: false });
+    await sendHostChange(f.client, f.hostId('A'), setDeviceDrainSignal, { deviceId: 'a2', drained: false });
     await f.waitForStatus(pinned.taskId, 'done');
+    // The operator's drains, tagged by the control plane, sent again later by anyone: ignored
+    // (each names a version the host has passed), so a2 and the host stay undrained.
+    const host = f.client.workflow.getHandle(hostWorkflowId(f.hostId('A')));
+    for (const e of (await host.fetchHistory()).events ?? []) {
+      const sig = e.workflowExecutionSignaledEventAttributes;
+      if (sig?.signalName !== 'setDeviceDrain' && sig?.signalName !== 'setHostDrain') continue;
+      await testEnv().client.workflowService.signalWorkflowExecution({
+        namespace: testEnv().namespace ?? 'default',
+        workflowExecution: { workflowId: hostWorkflowId(f.hostId('A')) },
+        signalName: sig.signalName,
+        input: sig.input,
+      });
+    }
+    const after = await host.query(hostStateQuery);
+    assert.deepEqual([after.drained, after.drainedDevices], [false, []]);
   });
 
   it('Host is behind NAT: the host process opens no listening socket and still runs work', async () => {

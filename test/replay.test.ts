@@ -18,7 +18,7 @@ import { join } from 'node:path';
 import type { Client } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
 import { Worker } from '@temporalio/worker';
-import { enrollHost } from '../control-plane/hosts';
+import { enrollHost, sendHostChange } from '../control-plane/hosts';
 import { parseSignalKeys } from '../control-plane/signal-auth';
 import { controlPlaneDataConverter } from '../control-plane/worker';
 import { generateHostCredential, publicKeys } from '../host-worker/identity';
@@ -119,9 +119,8 @@ describe('replay: workflow code reproduces its recorded histories', () => {
     await f.waitForStatus(tasks.long.taskId, 'cancelled');
 
     // Operator traffic: drain a device and bring it back.
-    const hostH1 = f.client.workflow.getHandle(hostWorkflowId(f.hostId('h1')));
-    await hostH1.signal(setDeviceDrainSignal, { deviceId: 'd2', drained: true });
-    await hostH1.signal(setDeviceDrainSignal, { deviceId: 'd2', drained: false });
+    await sendHostChange(f.client, f.hostId('h1'), setDeviceDrainSignal, { deviceId: 'd2', drained: true });
+    await sendHostChange(f.client, f.hostId('h1'), setDeviceDrainSignal, { deviceId: 'd2', drained: false });
 
     for (const t of [tasks.goal, tasks.tagged, tasks.definition]) await f.waitForStatus(t.taskId, 'done');
     await f.waitForStatus(tasks.failed.taskId, 'failed');
@@ -163,7 +162,7 @@ describe('replay: workflow code reproduces its recorded histories', () => {
     await removedHost.stop();
     const hostG2 = g.client.workflow.getHandle(hostWorkflowId(g.hostId('h2')));
     await eventually(async () => (!(await hostG2.query(hostStateQuery)).online ? true : undefined), 'h2 of g offline');
-    await hostG2.signal(retireHostSignal, { reason: 'replay scenario' });
+    await sendHostChange(g.client, g.hostId('h2'), retireHostSignal, { reason: 'replay scenario' });
     for (const id of [hostWorkflowId(g.hostId('h2')), deviceWorkflowId(g.hostId('h2'), 'd1')]) {
       await eventually(
         async () => ((await g.client.workflow.getHandle(id).describe()).status.name === 'COMPLETED' ? true : undefined),

@@ -52,6 +52,7 @@ import {
   retireHostSignal,
   setDeviceDrainSignal,
   setHostDrainSignal,
+  type HostAdminRef,
   type HostView,
 } from './messages';
 import { FleetHostId, FleetKind, FleetPool } from './search-attributes';
@@ -162,6 +163,35 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
   /** The pool the FleetPool search attribute says (what the Web UI and REST's pool filter see). */
   let indexedPool = input.pool;
 
+  // What an operator's change names (HostAdminRef). Not carried: the chain's first run, the same in every run.
+  view.enrolment = workflowInfo().firstExecutionRunId;
+  /**
+   * Whether an operator's change applies: one naming this enrolment and a version above the last
+   * applied (which it then becomes). One without comes from a build before them: taken only by runs
+   * recorded then (`patched` is asked only here).
+   */
+  const adminChange = (signal: string, ref: HostAdminRef): boolean => {
+    if (ref.enrolment === undefined && ref.version === undefined) {
+      if (!patched('host-admin-ref-v1')) return true;
+      log.warn('ignored an operator change that names no enrolment and version', { hostId, signal });
+      return false;
+    }
+    if (
+      ref.enrolment !== view.enrolment ||
+      typeof ref.version !== 'number' ||
+      !(ref.version > (view.adminVersion ?? 0))
+    ) {
+      log.warn('ignored an operator change for another enrolment or not newer than the last (sent again?)', {
+        hostId,
+        signal,
+        version: ref.version,
+        last: view.adminVersion,
+      });
+      return false;
+    }
+    view.adminVersion = ref.version;
+    return true;
+  };
   setHandler(hostStateQuery, () => view);
   onSignal(registerHostKeysSignal, ({ keys, rotate }) => {
     if (!validPublicKeys(keys)) {
@@ -204,19 +234,21 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
     log.info('a pool presumes this host lost; republishing after its next snapshot', { hostId, reason });
     reconfirmAt = Math.max(reconfirmAt ?? 0, Date.now());
   });
-  onSignal(retireHostSignal, ({ reason }) => {
-    if (view.retired) return;
+  onSignal(retireHostSignal, ({ reason, ...ref }) => {
+    if (view.retired || !adminChange(retireHostSignal.name, ref)) return;
     log.info('host removed by an operator: its devices leave the pools', { hostId, reason });
     view.retired = true;
     view.online = false;
     view.devices = [];
     beats++;
   });
-  onSignal(setHostDrainSignal, ({ drained }) => {
+  onSignal(setHostDrainSignal, ({ drained, ...ref }) => {
+    if (!adminChange(setHostDrainSignal.name, ref)) return;
     view.drained = drained;
     beats++;
   });
-  onSignal(setDeviceDrainSignal, ({ deviceId, drained }) => {
+  onSignal(setDeviceDrainSignal, ({ deviceId, drained, ...ref }) => {
+    if (!adminChange(setDeviceDrainSignal.name, ref)) return;
     const rest = view.drainedDevices.filter((d) => d !== deviceId);
     view.drainedDevices = drained ? [...rest, deviceId] : rest;
     beats++;

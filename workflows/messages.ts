@@ -95,7 +95,11 @@ export interface SchedulerCounters {
 }
 
 export const enqueueTaskSignal = defineSignal<[EnqueueRequest]>('enqueueTask');
-export const dequeueTaskSignal = defineSignal<[{ taskId: string }]>('dequeueTask');
+/**
+ * Task -> scheduler: out of the queue. `submittedAt` names the submission (a dequeue sent again
+ * later cannot drop a task submitted anew under the same id); without it, any entry of the id.
+ */
+export const dequeueTaskSignal = defineSignal<[{ taskId: string; submittedAt?: number }]>('dequeueTask');
 export const hostDevicesSignal = defineSignal<[HostDevicesUpdate]>('hostDevices');
 export const deviceReleasedSignal = defineSignal<[DeviceReleased]>('deviceReleased');
 /**
@@ -175,6 +179,10 @@ export interface HostView {
   stoppedBootId?: string;
   /** An operator removed the host: its devices left the pools, and the workflow has ended (or is ending). */
   retired?: boolean;
+  /** This enrolment (the first run of the workflow's chain): what an operator's change names (`HostAdminRef`). */
+  enrolment?: string;
+  /** The version of the last operator change applied (`HostAdminRef`). */
+  adminVersion?: number;
 }
 /** Operator enrollment (or key rotation): the host's public keys. Other keys than the enrolled ones need `rotate`. */
 export const registerHostKeysSignal = defineSignal<[{ keys: HostPublicKeys; rotate?: boolean }]>('registerHostKeys');
@@ -185,15 +193,26 @@ export const hostSnapshotUpdate = defineUpdate<{ accepted: true }, [SignedSnapsh
  * workflow republishes after the next verified snapshot, which proves the host is alive.
  */
 export const reconfirmHostSignal = defineSignal<[{ reason: string; at: number }]>('reconfirmHost');
-export const setHostDrainSignal = defineSignal<[{ drained: boolean }]>('setHostDrain');
-export const setDeviceDrainSignal = defineSignal<[{ deviceId: string; drained: boolean }]>('setDeviceDrain');
+/**
+ * What an operator's change to a host names (control-plane/hosts.ts, `hostAdminSignal`): the
+ * enrolment it is for (`HostView.enrolment`: a host removed and enrolled again is another), and a
+ * version above the last one applied. A change sent again later, or to a later enrolment, is
+ * ignored. Changes without one come from a build before it, and are taken only by runs from then.
+ */
+export interface HostAdminRef {
+  enrolment?: string;
+  version?: number;
+}
+export const setHostDrainSignal = defineSignal<[{ drained: boolean } & HostAdminRef]>('setHostDrain');
+export const setDeviceDrainSignal =
+  defineSignal<[{ deviceId: string; drained: boolean } & HostAdminRef]>('setDeviceDrain');
 export const hostStateQuery = defineQuery<HostView>('hostState');
 /**
  * Operator -> host workflow: remove the host (decommissioned). Its devices leave every pool, each
  * device workflow ends once nobody holds it, and the host workflow ends; enrolling the host id
  * again starts afresh.
  */
-export const retireHostSignal = defineSignal<[{ reason?: string }]>('retireHost');
+export const retireHostSignal = defineSignal<[{ reason?: string } & HostAdminRef]>('retireHost');
 /** Host workflow -> device: the host is gone; refuse new reservations and end once free. */
 /** Carries an (empty) note only so that it can carry the control plane's tag (authenticity.ts). */
 export const retireDeviceSignal = defineSignal<[{ by?: string }?]>('retireDevice');

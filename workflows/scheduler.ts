@@ -369,10 +369,16 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     dirty = true;
   });
 
-  onSignal(dequeueTaskSignal, ({ taskId }) => {
+  onSignal(dequeueTaskSignal, ({ taskId, submittedAt }) => {
+    // Only the submission it names: a dequeue sent again cannot drop a task submitted anew under that id.
+    const same = (t?: { submittedAt: number }) => submittedAt === undefined || !t || t.submittedAt === submittedAt;
     const i = queueIndex(taskId);
-    if (i >= 0) queue.splice(i, 1);
-    else if (forgetsCancelled) for (const h of held.values()) if (h.taskId === taskId) h.cancelled = true;
+    if (i >= 0) {
+      if (same(queue[i])) queue.splice(i, 1);
+      else log.warn('ignored a dequeue for an earlier submission of this task id', { pool, taskId });
+    } else if (forgetsCancelled) {
+      for (const h of held.values()) if (h.taskId === taskId && same(h.task)) h.cancelled = true;
+    }
   });
 
   onSignal(hostDevicesSignal, (u) => {

@@ -348,7 +348,7 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
           await releaseDevice(cur, 'cancelled');
         } else if (awaitingAttempt > 0) {
           await scheduler
-            .signal(dequeueTaskSignal, asSignal(dequeueTaskSignal, { taskId: input.taskId }))
+            .signal(dequeueTaskSignal, asSignal(dequeueTaskSignal, { taskId: input.taskId, submittedAt }))
             .catch((e) => log.warn('dequeue failed', { error: String(e) }));
         }
         if (assignment) stray.push(assignment);
@@ -365,7 +365,7 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
   async function giveUpWaiting(limitMs: number): Promise<TaskResult> {
     awaitingAttempt = 0;
     await scheduler
-      .signal(dequeueTaskSignal, asSignal(dequeueTaskSignal, { taskId: input.taskId }))
+      .signal(dequeueTaskSignal, asSignal(dequeueTaskSignal, { taskId: input.taskId, submittedAt }))
       .catch((e) => log.warn('dequeue failed', { error: String(e) }));
     if (assignment) {
       stray.push(assignment);

@@ -1,7 +1,6 @@
 import { Router } from 'express';
-import { hostWorkflowId } from '../../../workflows/ids';
 import { retireHostSignal, setDeviceDrainSignal, setHostDrainSignal } from '../../../workflows/messages';
-import { enrolmentState, enrollHost, HostBeingRemovedError, HostKeysConflictError } from '../../hosts';
+import { enrolmentState, enrollHost, HostBeingRemovedError, HostKeysConflictError, sendHostChange } from '../../hosts';
 import { requireRole } from '../auth';
 import type { RestDeps } from '../context';
 import { HttpProblem } from '../problem';
@@ -61,9 +60,7 @@ export function hostsRouter(deps: RestDeps): Router {
         `host ${params.hostId} is online: stop its host process first (a clean stop takes it offline at once), then remove it`,
       );
     }
-    await client.workflow
-      .getHandle(hostWorkflowId(params.hostId))
-      .signal(retireHostSignal, { reason: 'removed via REST' });
+    await sendHostChange(client, params.hostId, retireHostSignal, { reason: 'removed via REST' }, host);
     res.status(202).json({ hostId: params.hostId, removed: true } satisfies RemoveResult);
   });
 
@@ -104,7 +101,7 @@ export function hostsRouter(deps: RestDeps): Router {
     r.post(`/:hostId/${action}`, requireRole('admin'), validate(OneHost), async (_req, res) => {
       const { params } = parsed(res, OneHost);
       if (!(await hostRunning(client, params.hostId))) throw hostMissing(params.hostId);
-      await client.workflow.getHandle(hostWorkflowId(params.hostId)).signal(setHostDrainSignal, { drained });
+      await sendHostChange(client, params.hostId, setHostDrainSignal, { drained });
       res.status(202).json({ hostId: params.hostId, drained } satisfies DrainResult);
     });
 
@@ -115,9 +112,7 @@ export function hostsRouter(deps: RestDeps): Router {
       const known =
         host.devices.some((d) => d.deviceId === params.deviceId) || host.drainedDevices.includes(params.deviceId);
       if (!known) throw new HttpProblem('notFound', `host ${params.hostId} has no device ${params.deviceId}`);
-      await client.workflow
-        .getHandle(hostWorkflowId(params.hostId))
-        .signal(setDeviceDrainSignal, { deviceId: params.deviceId, drained });
+      await sendHostChange(client, params.hostId, setDeviceDrainSignal, { deviceId: params.deviceId, drained }, host);
       res.status(202).json({ hostId: params.hostId, deviceId: params.deviceId, drained } satisfies DrainResult);
     });
   }
