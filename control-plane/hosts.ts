@@ -34,6 +34,16 @@ export class HostKeysConflictError extends Error {
   }
 }
 
+/** A rotation needs the running host workflow to answer (the control plane's worker is not up?). */
+export class HostNotAnsweringError extends Error {
+  override name = 'HostNotAnsweringError';
+  constructor(public readonly hostId: string) {
+    super(
+      `host ${hostId}'s workflow does not answer (is the control plane's worker running?); a key rotation needs it: try again once it runs`,
+    );
+  }
+}
+
 /** The host workflow is ending because the host was removed: enrol again once it has ended. */
 export class HostBeingRemovedError extends Error {
   override name = 'HostBeingRemovedError';
@@ -87,26 +97,29 @@ export async function enrollHost(
   const enrolled: HostPublicKeys | undefined = view?.keys;
   const rotated = enrolled ? !sameKeys(enrolled, e.keys) : running && !!e.rotate;
   if (enrolled && rotated && !e.rotate) throw new HostKeysConflictError(e.hostId);
-  await client.workflow.signalWithStart<typeof hostWorkflow, [{ keys: HostPublicKeys; rotate?: boolean }]>(
-    'hostWorkflow',
-    {
-      workflowId: hostWorkflowId(e.hostId),
-      taskQueue: config.controlTaskQueue,
-      args: [
-        {
-          hostId: e.hostId,
-          pool: e.pool,
-          hostTimeoutMs: e.hostTimeoutMs ?? config.hostTimeoutMs,
-          snapshotTimeoutMs: e.snapshotTimeoutMs ?? config.snapshotTimeoutMs,
-          keys: e.keys,
-          historyLimit: config.historyLimit,
-        },
-      ],
-      signal: registerHostKeysSignal,
-      signalArgs: [e.rotate ? { keys: e.keys, rotate: true } : { keys: e.keys }],
-      staticSummary: `host ${e.hostId} (pool ${e.pool})`,
-    },
-  );
+  // A rotation names what the host workflow says of itself (its enrolment): it must answer.
+  if (running && e.rotate && !view) throw new HostNotAnsweringError(e.hostId);
+  await client.workflow.signalWithStart<
+    typeof hostWorkflow,
+    [{ keys: HostPublicKeys; rotate?: boolean } & HostAdminRef]
+  >('hostWorkflow', {
+    workflowId: hostWorkflowId(e.hostId),
+    taskQueue: config.controlTaskQueue,
+    args: [
+      {
+        hostId: e.hostId,
+        pool: e.pool,
+        hostTimeoutMs: e.hostTimeoutMs ?? config.hostTimeoutMs,
+        snapshotTimeoutMs: e.snapshotTimeoutMs ?? config.snapshotTimeoutMs,
+        keys: e.keys,
+        historyLimit: config.historyLimit,
+      },
+    ],
+    signal: registerHostKeysSignal,
+    // A rotation of a running host names its enrolment and the next version (HostAdminRef).
+    signalArgs: [e.rotate ? { keys: e.keys, rotate: true, ...(view ? nextAdminRef(view) : {}) } : { keys: e.keys }],
+    staticSummary: `host ${e.hostId} (pool ${e.pool})`,
+  });
   return { created: !running, rotated };
 }
 
@@ -127,11 +140,15 @@ export async function sendHostChange<T extends object>(
 ): Promise<void> {
   const handle = client.workflow.getHandle(hostWorkflowId(hostId));
   const state = view ?? (await handle.query(hostStateQuery));
+  await handle.signal(def, { ...change, ...nextAdminRef(state) });
+}
+
+/** The enrolment and next version an operator's change to this host names (`HostAdminRef`). */
+function nextAdminRef(view: HostView): HostAdminRef {
+  // A host workflow of a build before HostAdminRef says no enrolment: it takes the change as it was.
+  if (view.enrolment === undefined) return {};
   // Wall-clock milliseconds, so that changes from several control-plane processes order as sent;
   // never below what the host applied, nor below this process's last.
-  lastAdminVersion = Math.max(Date.now(), (state.adminVersion ?? 0) + 1, lastAdminVersion + 1);
-  // A host workflow of a build before HostAdminRef says no enrolment: it takes the change as it was.
-  const ref: HostAdminRef =
-    state.enrolment === undefined ? {} : { enrolment: state.enrolment, version: lastAdminVersion };
-  await handle.signal(def, { ...change, ...ref });
+  lastAdminVersion = Math.max(Date.now(), (view.adminVersion ?? 0) + 1, lastAdminVersion + 1);
+  return { enrolment: view.enrolment, version: lastAdminVersion };
 }

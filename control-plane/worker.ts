@@ -169,8 +169,12 @@ async function ensurePool(client: Client, config: ControlPlaneConfig, pool: stri
   // By workflow id alone a query or signal reaches whichever run is current.
   const handle = client.workflow.getHandle(workflowId);
   const wanted = poolConfig(config, pool);
-  const same = (c: SchedulerConfig | undefined) => c !== undefined && isDeepStrictEqual({ ...c }, { ...wanted });
-  let current: SchedulerConfig | undefined;
+  const same = (c: (SchedulerConfig & { version?: number }) | undefined) => {
+    if (c === undefined) return false;
+    const { version: _version, ...config } = c;
+    return isDeepStrictEqual(config, { ...wanted });
+  };
+  let current: (SchedulerConfig & { version?: number }) | undefined;
   try {
     current = await handle.query(schedulerConfigQuery);
   } catch (err) {
@@ -182,7 +186,11 @@ async function ensurePool(client: Client, config: ControlPlaneConfig, pool: stri
   if (same(current)) return;
   // A signal, not an update (workflows/messages.ts, setSchedulerConfigSignal), then read back: it is
   // recorded at once and applied at the scheduler's next workflow task.
-  await handle.signal(setSchedulerConfigSignal, wanted);
+  // With a version above the applied one, so that the scheduler ignores this one sent again later.
+  await handle.signal(setSchedulerConfigSignal, {
+    ...wanted,
+    version: Math.max(Date.now(), (current?.version ?? 0) + 1),
+  });
   const deadline = Date.now() + timeoutMs;
   for (let pause = 50; ; pause = Math.min(pause * 2, 1_000)) {
     if (same(await handle.query(schedulerConfigQuery).catch(() => undefined))) return;

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { WorkflowUpdateFailedError } from '@temporalio/client';
 import { Worker, type WorkerOptions } from '@temporalio/worker';
-import { enrollHost, HostKeysConflictError } from '../control-plane/hosts';
+import { enrollHost, HostKeysConflictError, sendHostChange } from '../control-plane/hosts';
 import { createHostCodec, SEALED_ENCODING } from '../control-plane/sealing';
 import { generateHostCredential, publicKeys, sign } from '../host-worker/identity';
 import { SignDomain } from '../workflows/identity';
@@ -21,6 +21,7 @@ import {
   hostStateQuery,
   registerHostKeysSignal,
   reportAttemptUpdate,
+  retireHostSignal,
 } from '../workflows/messages';
 import type { HostSnapshot } from '../workflows/types';
 import { eventually, sessionRunning, signReport, startFleet, type Fleet } from './helpers/fleet';
@@ -408,6 +409,43 @@ describe('host identity: forged signals', () => {
     assert.equal(still.current?.leaseId, leaseId);
     await f.fleet.cancel(held.taskId);
   });
+  it('A removal sent again changes nothing: neither a host enrolled anew nor its devices are retired by the old one', async () => {
+    f = await startFleet('removal-again');
+    const first = await f.addHost('R', [{ deviceId: 'r1' }]);
+    await first.stop();
+    const hostR = f.client.workflow.getHandle(hostWorkflowId(f.hostId('R')));
+    const device = f.client.workflow.getHandle(deviceWorkflowId(f.hostId('R'), 'r1'));
+    await eventually(async () => (!(await hostR.query(hostStateQuery)).online ? true : undefined), 'R offline');
+    await sendHostChange(f.client, f.hostId('R'), retireHostSignal, { reason: 'test' });
+    for (const h of [hostR, device]) {
+      await eventually(async () => ((await h.describe()).status.name === 'COMPLETED' ? true : undefined), 'ended');
+    }
+    const signalled = async (h: typeof hostR, name: string) =>
+      ((await h.fetchHistory()).events ?? []).find(
+        (e) => e.workflowExecutionSignaledEventAttributes?.signalName === name,
+      )!.workflowExecutionSignaledEventAttributes!.input;
+    const oldRemoval = await signalled(hostR, 'retireHost');
+    const oldRetirement = await signalled(device, 'retireDevice');
+    // Enrolled anew: a new host workflow and a new device workflow under the same ids.
+    await f.addHost('R', [{ deviceId: 'r1' }]);
+    await eventually(async () => ((await f!.scheduler()).devices.length === 1 ? true : undefined), 'R back');
+    for (const [workflowId, signalName, input] of [
+      [hostWorkflowId(f.hostId('R')), 'retireHost', oldRemoval],
+      [deviceWorkflowId(f.hostId('R'), 'r1'), 'retireDevice', oldRetirement],
+    ] as const) {
+      await stranger().workflowService.signalWorkflowExecution({
+        namespace: testEnv().namespace ?? 'default',
+        workflowExecution: { workflowId },
+        signalName,
+        input,
+      });
+    }
+    const host = await hostR.query(hostStateQuery);
+    assert.deepEqual([host.retired, host.online], [undefined, true]);
+    assert.equal((await device.query(deviceStateQuery)).retiring, undefined);
+    const { taskId } = await f.fleet.submit({ goal: 'after [sim duration=50]' });
+    assert.equal((await f.fleet.wait(taskId)).status, 'done');
+  });
 });
 
 describe('host identity: forged results', () => {
@@ -453,6 +491,27 @@ describe('host identity: forged results', () => {
     const done = await f.fleet.wait(taskId, { timeoutMs: 30_000 });
     assert.equal(done.status, 'done');
     assert.equal(done.attempts.length, 1, 'no attempt was lost to the old process');
+    // The rotation, tagged by the control plane, sent again after a later rotation: it would put
+    // back the keys replaced since, and changes nothing (it names a version the host has passed).
+    const rotations = ((await hostA.fetchHistory()).events ?? []).filter(
+      (e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'registerHostKeys',
+    );
+    const later = generateHostCredential(f.hostId('A'));
+    await enrollHost(f.client, f.config, {
+      hostId: f.hostId('A'),
+      pool: f.pool,
+      keys: publicKeys(later),
+      rotate: true,
+    });
+    for (const e of rotations) {
+      await testEnv().client.workflowService.signalWorkflowExecution({
+        namespace: testEnv().namespace ?? 'default',
+        workflowExecution: { workflowId: hostWorkflowId(f.hostId('A')) },
+        signalName: 'registerHostKeys',
+        input: e.workflowExecutionSignaledEventAttributes!.input,
+      });
+    }
+    assert.deepEqual((await hostA.query(hostStateQuery)).keys, publicKeys(later));
   });
 
   it('A forged result (another host key) is rejected and the task retries through A; a replayed result changes nothing', async () => {

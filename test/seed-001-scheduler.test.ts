@@ -166,21 +166,30 @@ describe('seed 001: task scheduler', () => {
     assert.equal((await f.scheduler()).config.strategy, 'fifo_match');
     // The update from anyone but the control plane is refused, whatever it says.
     await assert.rejects(
-      client.workflow
-        .getHandle(schedulerWorkflowId(f.pool))
-        .executeUpdate(configureSchedulerUpdate, {
-          args: [{ strategy: 'fifo_match', maxQueueDepth: 1, agingMs: 1000 }],
-        }),
+      client.workflow.getHandle(schedulerWorkflowId(f.pool)).executeUpdate(configureSchedulerUpdate, {
+        args: [{ strategy: 'fifo_match', maxQueueDepth: 1, agingMs: 1000 }],
+      }),
       (err: unknown) =>
         err instanceof WorkflowUpdateFailedError && /not sent by the control plane/.test(String(err.cause?.message)),
     );
     // The same configuration as a signal (how the control plane sends one) is ignored, and logged.
     // A query waits for the workflow task that takes the signals, so it sees what they did.
     const before = (await f.scheduler()).config;
-    await running.signal(setSchedulerConfigSignal, { strategy: 'nope', maxQueueDepth: 5, agingMs: 1000 });
-    await running.signal(setSchedulerConfigSignal, { strategy: 'fifo_match', maxQueueDepth: 0, agingMs: 1000 });
+    const v = Date.now();
+    const fifo = { strategy: 'fifo_match', agingMs: 1000 };
+    await running.signal(setSchedulerConfigSignal, {
+      strategy: 'nope',
+      maxQueueDepth: 5,
+      agingMs: 1000,
+      version: v + 1,
+    });
+    await running.signal(setSchedulerConfigSignal, { ...fifo, maxQueueDepth: 0, version: v + 2 });
     assert.deepEqual((await f.scheduler()).config, before);
-    await running.signal(setSchedulerConfigSignal, { strategy: 'fifo_match', maxQueueDepth: 11, agingMs: 1000 });
+    await running.signal(setSchedulerConfigSignal, { ...fifo, maxQueueDepth: 11, version: v + 3 });
+    assert.equal((await f.scheduler()).config.maxQueueDepth, 11);
+    // One not newer than the applied version (an older one sent again), or without a version: ignored.
+    await running.signal(setSchedulerConfigSignal, { ...fifo, maxQueueDepth: 12, version: v + 3 });
+    await running.signal(setSchedulerConfigSignal, { ...fifo, maxQueueDepth: 13 });
     assert.equal((await f.scheduler()).config.maxQueueDepth, 11);
   });
 

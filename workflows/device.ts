@@ -59,6 +59,8 @@ export async function deviceWorkflow(input: DeviceInput): Promise<void> {
     runs: (input.carried?.runs ?? 0) + 1,
     refusedPools: input.carried?.refusedPools ?? [],
     ...(input.carried?.retiring ? { retiring: true } : {}),
+    // When this chain began (0: it began before this was kept, and takes any retirement).
+    begunAt: input.carried ? (input.carried.begunAt ?? 0) : Date.now(),
   };
   const inFlight = new InFlight();
   /** Outgoing signals are fire-and-track: continue-as-new waits for them. */
@@ -210,7 +212,12 @@ export async function deviceWorkflow(input: DeviceInput): Promise<void> {
     onSignal(releaseDeviceSignal, onRelease);
   }
 
-  onSignal(retireDeviceSignal, (_note?: { by?: string }) => {
+  onSignal(retireDeviceSignal, (note?: { by?: string; at?: number }) => {
+    // A retirement from before this device workflow began (sent again after its host was enrolled anew).
+    if (typeof note?.at === 'number' && note.at < (view.begunAt ?? 0)) {
+      log.warn('ignored a retirement from before this device workflow began', { hostId, deviceId });
+      return;
+    }
     if (!view.retiring) log.info('host removed: this device ends once free', { hostId, deviceId });
     view.retiring = true;
   });

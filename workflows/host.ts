@@ -193,7 +193,7 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
     return true;
   };
   setHandler(hostStateQuery, () => view);
-  onSignal(registerHostKeysSignal, ({ keys, rotate }) => {
+  onSignal(registerHostKeysSignal, ({ keys, rotate, ...ref }) => {
     if (!validPublicKeys(keys)) {
       log.warn('malformed host keys ignored', { hostId });
       return;
@@ -205,6 +205,9 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
       log.warn('other keys for this host without rotate: ignored (enrol with --rotate to replace them)', { hostId });
       return;
     }
+    // A rotation names this enrolment and a version (enrollHost): sent again later, it would put
+    // back keys replaced since, so it changes nothing.
+    if (rotated && !adminChange(registerHostKeysSignal.name, ref)) return;
     // Rotated: the running process can neither sign for the new keys nor open assignments sealed
     // for them, so the host is offline until a snapshot signed with them arrives (the host
     // restarted with its new credential).
@@ -469,7 +472,7 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
     await Promise.all(
       [...ensured].map((deviceId) =>
         getExternalWorkflowHandle(deviceWorkflowId(hostId, deviceId))
-          .signal(retireDeviceSignal, asSignal(retireDeviceSignal, { by: hostId }))
+          .signal(retireDeviceSignal, asSignal(retireDeviceSignal, { by: hostId, at: Date.now() }))
           .catch((err) => log.warn('could not retire a device workflow', { hostId, deviceId, error: String(err) })),
       ),
     );

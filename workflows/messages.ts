@@ -117,12 +117,12 @@ export const reservationRefusedSignal = defineSignal<[ReservationRefused]>('rese
  * fails every workflow task (BENCHMARKS.md / README, "Known limits"). A signal is a history event,
  * replayed in its place.
  */
-export const setSchedulerConfigSignal = defineSignal<[SchedulerConfig]>('setSchedulerConfig');
+export const setSchedulerConfigSignal = defineSignal<[SchedulerConfig & { version?: number }]>('setSchedulerConfig');
 /** Kept so that callers and histories from before `setSchedulerConfig` still work; the control plane no longer sends it. */
 export const configureSchedulerUpdate = defineUpdate<SchedulerConfig, [SchedulerConfig]>('configureScheduler');
 export const schedulerStateQuery = defineQuery<SchedulerView>('schedulerState');
 /** The pool's configuration alone (small, unlike the whole view): the control plane compares before it configures. */
-export const schedulerConfigQuery = defineQuery<SchedulerConfig>('schedulerConfig');
+export const schedulerConfigQuery = defineQuery<SchedulerConfig & { version?: number }>('schedulerConfig');
 
 // ---- task/<taskId> ----
 export interface Admission {
@@ -150,6 +150,8 @@ export interface DeviceView {
   refusedPools: string[];
   /** Its host was removed: no new holder, and the workflow ends once the device is free. */
   retiring?: boolean;
+  /** When this workflow's chain began (its first run's clock); 0 or absent: before this was kept. */
+  begunAt?: number;
 }
 export const reserveDeviceSignal = defineSignal<[ReservationRequest]>('reserveDevice');
 /** Scheduler -> device: the hold of this lease is past its deadline; free the device if it still holds it. */
@@ -185,7 +187,8 @@ export interface HostView {
   adminVersion?: number;
 }
 /** Operator enrollment (or key rotation): the host's public keys. Other keys than the enrolled ones need `rotate`. */
-export const registerHostKeysSignal = defineSignal<[{ keys: HostPublicKeys; rotate?: boolean }]>('registerHostKeys');
+export const registerHostKeysSignal =
+  defineSignal<[{ keys: HostPublicKeys; rotate?: boolean } & HostAdminRef]>('registerHostKeys');
 /** Host -> host workflow: its complete signed snapshot; the validator refuses anything not signed by this host. */
 export const hostSnapshotUpdate = defineUpdate<{ accepted: true }, [SignedSnapshot]>('hostSnapshot');
 /**
@@ -213,6 +216,9 @@ export const hostStateQuery = defineQuery<HostView>('hostState');
  * again starts afresh.
  */
 export const retireHostSignal = defineSignal<[{ reason?: string } & HostAdminRef]>('retireHost');
-/** Host workflow -> device: the host is gone; refuse new reservations and end once free. */
-/** Carries an (empty) note only so that it can carry the control plane's tag (authenticity.ts). */
-export const retireDeviceSignal = defineSignal<[{ by?: string }?]>('retireDevice');
+/**
+ * Host workflow -> device: the host is gone; refuse new reservations and end once free. `at`: the
+ * host workflow's time when it retired: a device workflow begun after that (the host enrolled anew)
+ * ignores it.
+ */
+export const retireDeviceSignal = defineSignal<[{ by?: string; at?: number }?]>('retireDevice');

@@ -97,6 +97,8 @@ export interface SchedulerCarried {
   ended?: Array<[string, string]>;
   counters: SchedulerCounters;
   runs: number;
+  /** The version of the last `setSchedulerConfig` applied (see there). */
+  configVersion?: number;
 }
 
 /** What the device needs of a task's release. */
@@ -293,7 +295,9 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     runsSinceStart: runs,
   }));
 
-  setHandler(schedulerConfigQuery, () => config);
+  /** The version of the last `setSchedulerConfig` applied: one not newer (sent again) changes nothing. */
+  let configVersion = c?.configVersion ?? 0;
+  setHandler(schedulerConfigQuery, () => (configVersion > 0 ? { ...config, version: configVersion } : config));
   setHandler(
     configureSchedulerUpdate,
     (next) => {
@@ -315,7 +319,21 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
       },
     },
   );
-  onSignal(setSchedulerConfigSignal, (next) => {
+  onSignal(setSchedulerConfigSignal, ({ version, ...next }) => {
+    if (version === undefined) {
+      // From a control plane of the build before versions: taken only by runs recorded then.
+      if (patched('scheduler-config-version-v1')) {
+        log.warn('ignored a pool configuration without a version', { pool });
+        return;
+      }
+    } else if (!(typeof version === 'number' && version > configVersion)) {
+      log.warn('ignored a pool configuration not newer than the one applied (sent again?)', {
+        pool,
+        version,
+        applied: configVersion,
+      });
+      return;
+    }
     try {
       validateSchedulerConfig(next);
     } catch (err) {
@@ -324,6 +342,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
       return;
     }
     config = next;
+    if (version !== undefined) configVersion = version;
     dirty = true;
   });
 
@@ -657,6 +676,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
       ...(endedAware ? { ended: [...ended.entries()].filter(([k]) => devices.has(k)) } : {}),
       counters,
       runs,
+      ...(configVersion > 0 ? { configVersion } : {}),
     },
   });
 }
