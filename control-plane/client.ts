@@ -48,6 +48,7 @@ import {
 import { initialTaskView, MAX_ATTEMPTS_LIMIT } from '../workflows/policy';
 import { taskWorkflowQueue, type ControlPlaneConfig } from './config';
 import { signalTagFor } from './signal-auth';
+import { SIGNAL_AUTH_PATCH, SIGNAL_NAMES_PATCH } from '../workflows/authenticity';
 import { SupersededRuns } from './superseded';
 
 export class ValidationError extends Error {
@@ -403,6 +404,8 @@ export class FleetClient {
     let startedAt = Date.now();
     let ours = false;
     let refused = false;
+    let refusesUntagged = false;
+    let refusesUnnamed = false;
     const where = { namespace: this.client.options.namespace, workflowId };
     for (let page = 0; !given.up; page++) {
       // A long poll returns at each new batch of events: about 6.5 reads per submit in P3 (not billed).
@@ -414,6 +417,13 @@ export class FleetClient {
         waitNewEvent: true,
       });
       for (const e of res.history?.events ?? []) {
+        // The run's own rule for older tags (workflows/authenticity.ts): taken until it first refused one.
+        const marker = e.markerRecordedEventAttributes;
+        if (marker?.markerName === 'core_patch') {
+          const ids = JSON.stringify(marker.details ?? {});
+          if (ids.includes(JSON.stringify(SIGNAL_AUTH_PATCH))) refusesUntagged = true;
+          if (ids.includes(JSON.stringify(SIGNAL_NAMES_PATCH))) refusesUnnamed = true;
+        }
         const started = e.workflowExecutionStartedEventAttributes;
         if (started) {
           if (e.eventTime) startedAt = tsToMs(e.eventTime);
@@ -421,19 +431,24 @@ export class FleetClient {
         }
         const signal = e.workflowExecutionSignaledEventAttributes;
         // Only what the control plane sent counts (the task workflow ignores the rest too).
-        if (
-          signal &&
-          !refused &&
-          (await signalTagFor(converter.payloadCodecs, where, signal.signalName ?? '', signal.input?.payloads)) ===
-            'taken'
-        ) {
+        const tag =
+          signal && !refused
+            ? await signalTagFor(converter.payloadCodecs, where, signal.signalName ?? '', signal.input?.payloads)
+            : undefined;
+        const taken =
+          tag === 'taken' || (tag === 'unnamed' && !refusesUnnamed) || (tag === 'untagged' && !refusesUntagged);
+        if (signal && taken) {
+          // An answer for an earlier submission under this id (sent again) does not count, as in the run.
+          const submittedAt = input.submittedAt ?? startedAt;
+          const other = (m: { submittedAt?: number }) => m.submittedAt !== undefined && m.submittedAt !== submittedAt;
           if (signal.signalName === admissionSignal.name) {
             const admission = await decode<Admission>(signal.input?.payloads);
+            if (other(admission)) continue;
             if (admission.accepted) return { kind: 'admitted', startedAt, alreadyThere: page === 0, ours };
             refused = true; // the run's close follows, with the typed reason
           } else if (
             signal.signalName === assignmentSignal.name &&
-            (await decode<Assignment>(signal.input?.payloads)).attempt === 1
+            ((a: Assignment) => a.attempt === 1 && !other(a))(await decode<Assignment>(signal.input?.payloads))
           ) {
             return { kind: 'admitted', startedAt, alreadyThere: page === 0, ours };
           }

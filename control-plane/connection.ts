@@ -198,9 +198,17 @@ function isLoopback(address: string): boolean {
  * No `tls` in the settings means plaintext: the SDK would otherwise turn TLS on by itself whenever
  * there is an API key, and TEMPORAL_TLS=false (with a local server) would have no effect.
  */
-export async function connectClient(s: TemporalSettings, opts: { signalKeys?: SignalKeys } = {}): Promise<Client> {
+/** `host`: a host's own client, which never has the signal key (and says nothing of it). */
+export async function connectClient(
+  s: TemporalSettings,
+  opts: { signalKeys?: SignalKeys; host?: boolean } = {},
+): Promise<Client> {
   const connection = await named(s, Connection.connect({ address: s.address, tls: s.tls ?? false, apiKey: s.apiKey }));
-  return new Client({ connection, namespace: s.namespace, ...signingClientOptions(opts.signalKeys) });
+  return new Client({
+    connection,
+    namespace: s.namespace,
+    ...signingClientOptions(opts.signalKeys, { warn: !opts.host }),
+  });
 }
 
 /** The payload converter of the workflows and of the control plane's clients (it writes a signal's name). */
@@ -210,8 +218,8 @@ export const PAYLOAD_CONVERTER_PATH = require.resolve('../workflows/payload-conv
  * A control-plane client's data converter: it tags the signals it sends to a workflow with the
  * signal keys (signal-auth.ts), so the workflows take them. Hosts never get the keys.
  */
-export function signingClientOptions(signalKeys: SignalKeys | undefined) {
-  if (!signalKeys) warnUnsignedOnce();
+export function signingClientOptions(signalKeys: SignalKeys | undefined, opts: { warn?: boolean } = {}) {
+  if (!signalKeys && opts.warn !== false) warnUnsignedOnce();
   return {
     dataConverter: { payloadConverterPath: PAYLOAD_CONVERTER_PATH, payloadCodecs: [createSignalAuthCodec(signalKeys)] },
     interceptors: { workflow: [namingSignals] },

@@ -37,9 +37,12 @@ export class HostKeysConflictError extends Error {
 /** A rotation needs the running host workflow to answer (the control plane's worker is not up?). */
 export class HostNotAnsweringError extends Error {
   override name = 'HostNotAnsweringError';
-  constructor(public readonly hostId: string) {
+  constructor(
+    public readonly hostId: string,
+    why = 'a key rotation needs it',
+  ) {
     super(
-      `host ${hostId}'s workflow does not answer (is the control plane's worker running?); a key rotation needs it: try again once it runs`,
+      `host ${hostId}'s workflow does not answer (is the control plane's worker running?); ${why}: try again once it runs`,
     );
   }
 }
@@ -139,7 +142,14 @@ export async function sendHostChange<T extends object>(
   view?: HostView,
 ): Promise<void> {
   const handle = client.workflow.getHandle(hostWorkflowId(hostId));
-  const state = view ?? (await handle.query(hostStateQuery));
+  const state =
+    view ??
+    (await client
+      .withDeadline(Date.now() + ENROLL_QUERY_MS, () => handle.query(hostStateQuery))
+      .catch((err: unknown) => {
+        if (err instanceof WorkflowNotFoundError) throw err;
+        throw new HostNotAnsweringError(hostId, 'a change to it names what it says of itself');
+      }));
   await handle.signal(def, { ...change, ...nextAdminRef(state) });
 }
 

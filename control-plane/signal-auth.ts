@@ -18,8 +18,8 @@
  * response; the tags in histories are no secret.
  *
  * Without keys the codec marks every workflow payload: authentication is off, as before it
- * existed. With `FLEET_SIGNAL_AUTH=sign-only` it tags but still marks every payload, for the
- * upgrade: processes of an older build may still send untagged signals. Turning refusal on is
+ * existed. `FLEET_SIGNAL_AUTH` (`SignalAuthMode`) takes more, for the first phase of an upgrade
+ * while processes of an older build still run. Turning refusal on is
  * one-way: a history replays the same only with a key that verifies its tags, so keep retired keys
  * in the list (the first one signs; every one verifies).
  */
@@ -52,21 +52,27 @@ export interface SignalKeys {
   current: Buffer;
   /** Every key that verifies (current first, then retired ones). */
   all: Buffer[];
-  /**
-   * Whether workflows refuse what these keys do not verify (the default). `false`
-   * (`FLEET_SIGNAL_AUTH=sign-only`): tag, and take everything, while an older build still runs.
-   */
-  enforce: boolean;
+  /** What the workflows take (`FLEET_SIGNAL_AUTH`, see `SignalAuthMode`). */
+  mode: SignalAuthMode;
 }
 
-export type SignalAuthMode = 'enforce' | 'sign-only';
+/**
+ * What the workflows take, besides a tag for the signal's own name:
+ * - `enforce` (the default): nothing else;
+ * - `sign-only`: also a valid tag of the first scheme (no name), which processes of the build
+ *   before named tags send: the first phase of that upgrade;
+ * - `accept-untagged`: also a signal without a valid tag: the first phase of an upgrade from a
+ *   build without keys. Only then: a run that has refused an untagged signal replays
+ *   differently if it took one in this mode.
+ */
+export type SignalAuthMode = 'enforce' | 'sign-only' | 'accept-untagged';
+const MODES: SignalAuthMode[] = ['enforce', 'sign-only', 'accept-untagged'];
 
-/** `FLEET_SIGNAL_AUTH`: `enforce` (the default) or `sign-only`. */
+/** `FLEET_SIGNAL_AUTH`: `enforce` (the default), `sign-only` or `accept-untagged`. */
 export function parseSignalAuthMode(text: string | undefined): SignalAuthMode {
-  const v = (text ?? '').trim();
-  if (v === '' || v === 'enforce') return 'enforce';
-  if (v === 'sign-only') return 'sign-only';
-  throw new SignalKeyError(`FLEET_SIGNAL_AUTH: "${v}" is neither "enforce" nor "sign-only"`);
+  const v = (text ?? '').trim() || 'enforce';
+  if ((MODES as string[]).includes(v)) return v as SignalAuthMode;
+  throw new SignalKeyError(`FLEET_SIGNAL_AUTH: "${v}" is none of ${MODES.join(', ')}`);
 }
 
 /**
@@ -86,7 +92,7 @@ export function parseSignalKeys(text: string | undefined, from = 'FLEET_SIGNAL_K
     }
     return key;
   });
-  return { current: all[0], all, enforce: true };
+  return { current: all[0], all, mode: 'enforce' };
 }
 
 /**
@@ -95,8 +101,8 @@ export function parseSignalKeys(text: string | undefined, from = 'FLEET_SIGNAL_K
  */
 export function signalKeysFromEnv(env: NodeJS.ProcessEnv = process.env, fallbackFile?: string): SignalKeys | undefined {
   const keys = keysFromEnv(env, fallbackFile);
-  const enforce = parseSignalAuthMode(env.FLEET_SIGNAL_AUTH) === 'enforce';
-  return keys && { ...keys, enforce };
+  const mode = parseSignalAuthMode(env.FLEET_SIGNAL_AUTH);
+  return keys && { ...keys, mode };
 }
 
 function keysFromEnv(env: NodeJS.ProcessEnv, fallbackFile: string | undefined): SignalKeys | undefined {
@@ -165,14 +171,17 @@ export function createSignalAuthCodec(keys: SignalKeys | undefined): PayloadCode
       return payloads.map((raw) => {
         const p = withoutMeta(raw, AUTH_METADATA);
         if (context?.type !== 'workflow') return p;
-        if (!keys || !keys.enforce) return mark(p, MARK_ANY);
+        if (!keys) return mark(p, MARK_ANY);
+        const untagged = keys.mode === 'accept-untagged' ? mark(p, MARK_ANY) : p;
         const mac = p.metadata?.[MAC_METADATA];
-        if (!mac || mac.length !== 32) return p;
+        if (!mac || mac.length !== 32) return untagged;
         const bare = withoutMeta(p, MAC_METADATA);
         const signal = signalNameOf(p);
         const verifies = keys.all.some((k) => timingSafeEqual(tag(k, context, bare, signal), Buffer.from(mac)));
-        if (!verifies) return p;
-        return mark(p, signal === undefined ? MARK_UNNAMED : MARK_NAMED);
+        if (!verifies) return untagged;
+        if (signal !== undefined) return mark(p, MARK_NAMED);
+        // The first scheme's tag: taken, under any name, while the build before still runs.
+        return mark(p, keys.mode === 'enforce' ? MARK_UNNAMED : MARK_ANY);
       });
     },
   };

@@ -54,7 +54,7 @@ async function main(): Promise<void> {
   const journal = await Journal.open(config.journalPath);
   const settings = temporalSettingsFromEnv();
   const workerConnection = await connectWorker(settings);
-  const client = await connectClient(settings);
+  const client = await connectClient(settings, { host: true });
   const simDefaults =
     config.driver.type === 'sim'
       ? { defaultDurationMs: config.driver.defaultDurationMs, defaultOutcome: config.driver.defaultOutcome }

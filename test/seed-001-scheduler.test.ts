@@ -6,10 +6,10 @@ import assert from 'node:assert/strict';
 import { WorkflowFailedError, WorkflowUpdateFailedError } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import { QueueFullError } from '../control-plane/client';
-import { ConfigError, parseControlPlaneConfig } from '../control-plane/config';
+import { ConfigError, parseControlPlaneConfig, taskWorkflowQueue } from '../control-plane/config';
 import { ensurePools } from '../control-plane/worker';
 import { ErrorType } from '../workflows/errors';
-import { schedulerWorkflowId } from '../workflows/ids';
+import { schedulerWorkflowId, taskWorkflowId } from '../workflows/ids';
 import { configureSchedulerUpdate, setSchedulerConfigSignal } from '../workflows/messages';
 import { createSimRunners } from '../host-worker/sim';
 import { recordingRunners } from './helpers/runners';
@@ -61,6 +61,52 @@ describe('seed 001: task scheduler', () => {
     assert.equal(rejected.status, 'rejected');
     assert.equal(rejected.result?.reason, 'queue_full');
     assert.equal(rejected.attempts.length, 0);
+    // Submitted again under the same id once there is room: a new run, which the first run's
+    // answer and enqueue (tagged by the control plane, sent again by anyone) do not touch, even
+    // when the old refusal reaches the new run before the pool's own answer (signal-with-start).
+    const firstRun = f.client.workflow.getHandle(
+      taskWorkflowId(third),
+      (await f.client.workflow.getHandle(taskWorkflowId(third)).describe()).runId,
+    );
+    const firstEvents = (await firstRun.fetchHistory()).events ?? [];
+    const refusal = firstEvents.find((e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'admission')!
+      .workflowExecutionSignaledEventAttributes!.input;
+    const input = firstEvents[0].workflowExecutionStartedEventAttributes!.input!.payloads![0];
+    const enqueue = ((await f.client.workflow.getHandle(schedulerWorkflowId(f.pool)).fetchHistory()).events ?? [])
+      .filter((e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'enqueueTask')
+      .at(-1)!.workflowExecutionSignaledEventAttributes!.input;
+    await f.fleet.cancel(s.queue[0].taskId);
+    await eventually(async () => ((await f!.scheduler()).queue.length === 1 ? true : undefined), 'room');
+    const later = { ...JSON.parse(Buffer.from(input.data!).toString()), submittedAt: Date.now() };
+    const raw = testEnv().client.workflowService;
+    const namespace = testEnv().namespace ?? 'default';
+    await raw.signalWithStartWorkflowExecution({
+      namespace,
+      workflowId: taskWorkflowId(third),
+      workflowType: { name: 'taskWorkflow' },
+      taskQueue: { name: taskWorkflowQueue(f.config) },
+      input: { payloads: [{ metadata: input.metadata, data: Buffer.from(JSON.stringify(later)) }] },
+      signalName: 'admission',
+      signalInput: refusal,
+      requestId: uid('req'),
+    });
+    await raw.signalWorkflowExecution({
+      namespace,
+      workflowExecution: { workflowId: schedulerWorkflowId(f.pool) },
+      signalName: 'enqueueTask',
+      input: enqueue,
+    });
+    const again = await eventually(async () => {
+      const t = await f!.fleet.get(third);
+      return t.admitted || t.status !== 'queued' ? t : undefined;
+    }, 'the new run answered');
+    assert.equal(again.status, 'queued', "not rejected by the first run's answer");
+    assert.equal(again.admitted, true);
+    const entries = (await f.scheduler()).queue.filter((q) => q.taskId === third);
+    assert.deepEqual(
+      entries.map((q) => q.submittedAt),
+      [later.submittedAt],
+    );
   });
 
   it('Matching idle device available: assigned, device id and host id recorded', async () => {

@@ -85,6 +85,11 @@ describe('signal tags (control-plane/signal-auth.ts)', () => {
     const [decoded] = await createSignalAuthCodec(keys).decode([v1], ctx('host/h'));
     assert.equal(authMark(decoded), '1');
     assert.ok(!takenAs(decoded, 'setHostDrain'));
+    // sign-only (the first phase of the upgrade from that build): taken; still nothing untagged.
+    const signOnly = createSignalAuthCodec({ ...keys, mode: 'sign-only' });
+    assert.ok(takenAs((await signOnly.decode([v1], ctx('host/h')))[0], 'setHostDrain'));
+    assert.equal(authMark((await signOnly.decode([p], ctx('host/h')))[0]), undefined);
+    assert.equal(authMark((await signOnly.decode([v1], ctx('host/other')))[0]), undefined);
   });
 
   it("a sender's own fleet-auth mark is removed; activity payloads are left alone; no keys or sign-only marks every workflow payload", async () => {
@@ -104,13 +109,13 @@ describe('signal tags (control-plane/signal-auth.ts)', () => {
       (await off.encode([signal('assignment', { a: 1 })], ctx('task/x')))[0].metadata?.['fleet-mac'],
       undefined,
     );
-    // Sign-only (the upgrade's first phase): tags what it sends, takes what it gets.
-    const signOnly = signalKeysFromEnv({ FLEET_SIGNAL_KEYS: K1, FLEET_SIGNAL_AUTH: 'sign-only' })!;
-    assert.equal(signOnly.enforce, false);
-    const phase1 = createSignalAuthCodec(signOnly);
+    // The upgrade's first phase tags what it sends; accept-untagged takes what it gets.
+    const phase1 = createSignalAuthCodec(
+      signalKeysFromEnv({ FLEET_SIGNAL_KEYS: K1, FLEET_SIGNAL_AUTH: 'accept-untagged' })!,
+    );
     assert.ok((await phase1.encode([signal('assignment', { a: 1 })], ctx('task/x')))[0].metadata?.['fleet-mac']);
     assert.ok(takenAs((await phase1.decode([json({ a: 1 })], ctx('task/x')))[0], 'assignment'));
-    assert.equal(signalKeysFromEnv({ FLEET_SIGNAL_KEYS: K1 })!.enforce, true);
+    assert.equal(signalKeysFromEnv({ FLEET_SIGNAL_KEYS: K1 })!.mode, 'enforce');
     assert.throws(() => signalKeysFromEnv({ FLEET_SIGNAL_KEYS: K1, FLEET_SIGNAL_AUTH: 'off' }), SignalKeyError);
   });
 });

@@ -20,6 +20,7 @@ import {
   setCurrentDetails,
   setHandler,
   upsertSearchAttributes,
+  workflowInfo,
 } from '@temporalio/workflow';
 import { InFlight, shouldContinueAsNew } from './continue-as-new';
 import { schedulerWorkflowId, taskWorkflowId } from './ids';
@@ -60,7 +61,7 @@ export async function deviceWorkflow(input: DeviceInput): Promise<void> {
     refusedPools: input.carried?.refusedPools ?? [],
     ...(input.carried?.retiring ? { retiring: true } : {}),
     // When this chain began (0: it began before this was kept, and takes any retirement).
-    begunAt: input.carried ? (input.carried.begunAt ?? 0) : Date.now(),
+    begunAt: input.carried ? (input.carried.begunAt ?? 0) : workflowInfo().runStartTime.getTime(),
   };
   const inFlight = new InFlight();
   /** Outgoing signals are fire-and-track: continue-as-new waits for them. */
@@ -174,6 +175,7 @@ export async function deviceWorkflow(input: DeviceInput): Promise<void> {
         asSignal(assignmentSignal, {
           taskId: req.taskId,
           attempt: req.attempt,
+          ...(req.submittedAt !== undefined ? { submittedAt: req.submittedAt } : {}),
           leaseId: req.leaseId,
           hostId,
           deviceId,

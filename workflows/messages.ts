@@ -129,6 +129,8 @@ export interface Admission {
   accepted: boolean;
   reason?: string;
   message?: string;
+  /** The submission answered (its `submittedAt`): a task submitted anew under the id ignores it. */
+  submittedAt?: number;
 }
 export const admissionSignal = defineSignal<[Admission]>('admission');
 export const assignmentSignal = defineSignal<[Assignment]>('assignment');

@@ -193,7 +193,8 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   let draining = false;
   const deferredReplies: Array<{ taskId: string; admission: Admission }> = [];
   /** Tasks admitted since the last round and not yet told so. */
-  const unanswered = new Set<string>();
+  /** Admitted tasks not answered yet, with their submission (`submittedAt`, which the answer names). */
+  const unanswered = new Map<string, number | undefined>();
   /** Releases tasks reported since the last round, by device: passed on to the device by the next round. */
   const toRelease = new Map<string, DeviceReleased>();
   /**
@@ -249,7 +250,12 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   const isHeldFor = (taskId: string, attempt: number): boolean =>
     [...held.values()].some((h) => h.taskId === taskId && h.attempt >= attempt);
 
-  const reply = (taskId: string, admission: Admission): void => {
+  /**
+   * `submittedAt`: the submission answered, which the answer names (the task ignores an answer for
+   * an earlier submission under its id, sent again).
+   */
+  const reply = (taskId: string, answer: Admission, submittedAt?: number): void => {
+    const admission = submittedAt === undefined ? answer : { ...answer, submittedAt };
     if (draining) {
       deferredReplies.push({ taskId, admission });
       return;
@@ -267,8 +273,9 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   // other enqueue, after this run's first round and only if that round gave it no device (the
   // device's assignment tells it instead: one signal less per task caught by a roll-over).
   for (const r of c?.replies ?? []) {
-    if (rolloverV2 && r.admission.accepted && queueIndex(r.taskId) >= 0) unanswered.add(r.taskId);
-    else reply(r.taskId, r.admission);
+    if (rolloverV2 && r.admission.accepted && queueIndex(r.taskId) >= 0) {
+      unanswered.set(r.taskId, r.admission.submittedAt);
+    } else reply(r.taskId, r.admission);
   }
 
   setHandler(schedulerStateQuery, () => ({
@@ -354,19 +361,31 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   };
   onSignal(enqueueTaskSignal, (req) => {
     const existing = queueIndex(req.taskId);
-    if ((existing >= 0 && queue[existing].attempt >= req.attempt) || isHeldFor(req.taskId, req.attempt)) {
+    const queued = existing >= 0 ? queue[existing] : undefined;
+    // An earlier submission's enqueue under this id (sent again) changes nothing; a later one's
+    // supersedes what is queued.
+    if (queued && req.submittedAt < queued.submittedAt) {
+      log.warn('ignored an enqueue for an earlier submission of this task id', { pool, taskId: req.taskId });
+      return;
+    }
+    const later = !!queued && req.submittedAt > queued.submittedAt;
+    if ((queued && !later && queued.attempt >= req.attempt) || isHeldFor(req.taskId, req.attempt)) {
       // A repeat of something we already have: keep one entry.
-      if (req.first) reply(req.taskId, { accepted: true });
+      if (req.first) reply(req.taskId, { accepted: true }, req.submittedAt);
       return;
     }
     if (existing >= 0) queue.splice(existing, 1); // an older attempt's entry: superseded
     if (req.first && queue.length >= config.maxQueueDepth) {
       counters.rejected++;
-      reply(req.taskId, {
-        accepted: false,
-        reason: Reason.QueueFull,
-        message: `pool "${pool}" queue is full (${queue.length}/${config.maxQueueDepth} queued)`,
-      });
+      reply(
+        req.taskId,
+        {
+          accepted: false,
+          reason: Reason.QueueFull,
+          message: `pool "${pool}" queue is full (${queue.length}/${config.maxQueueDepth} queued)`,
+        },
+        req.submittedAt,
+      );
       return;
     }
     insert({
@@ -383,7 +402,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
       counters.admitted++;
       // Answered after the next round, and only if that round did not assign it a device: the
       // device's assignment tells the task it was admitted (one message instead of two).
-      unanswered.add(req.taskId);
+      unanswered.set(req.taskId, req.submittedAt);
     }
     dirty = true;
   });
@@ -484,7 +503,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     } else held.delete(k);
     if (h.task && !h.cancelled) {
       if (queueIndex(h.task.taskId) < 0) insert(h.task);
-      if (h.task.attempt === 1) reply(h.task.taskId, { accepted: true }); // it may never have heard
+      if (h.task.attempt === 1) reply(h.task.taskId, { accepted: true }, h.task.submittedAt); // it may never have heard
     }
     dirty = true;
   });
@@ -590,6 +609,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
           asSignal(reserveDeviceSignal, {
             taskId: task.taskId,
             attempt: task.attempt,
+            submittedAt: task.submittedAt,
             leaseId,
             pool,
             holdMs: task.holdMs,
@@ -607,7 +627,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
           if (d) d.state = 'offline';
           if (!cancelled) {
             if (queueIndex(task.taskId) < 0) insert(task);
-            if (task.attempt === 1) reply(task.taskId, { accepted: true });
+            if (task.attempt === 1) reply(task.taskId, { accepted: true }, task.submittedAt);
           }
           dirty = true;
         },
@@ -640,7 +660,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     dirty = false;
     dropExpiredHolds(Date.now());
     const assigned = assignRound();
-    for (const taskId of unanswered) if (!assigned.has(taskId)) reply(taskId, { accepted: true });
+    for (const [taskId, at] of unanswered) if (!assigned.has(taskId)) reply(taskId, { accepted: true }, at);
     unanswered.clear();
     // Devices freed this round that got no new work: the release goes to them on its own.
     for (const r of toRelease.values()) passOn(r);
@@ -652,13 +672,13 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
 
   // Stop sending (late answers are carried), then wait only for what is already on its way.
   draining = true;
-  for (const taskId of unanswered) reply(taskId, { accepted: true });
+  for (const [taskId, at] of unanswered) reply(taskId, { accepted: true }, at);
   unanswered.clear();
   for (const r of toRelease.values()) passOn(r); // released in the step that decided to roll over
   toRelease.clear();
   await condition(() => inFlight.count === 0 && allHandlersFinished());
   // Tasks admitted while we waited: their answer goes with the carried state, never dropped.
-  for (const taskId of unanswered) reply(taskId, { accepted: true });
+  for (const [taskId, at] of unanswered) reply(taskId, { accepted: true }, at);
   return await continueAsNew<typeof schedulerWorkflow>({
     pool,
     config,

@@ -159,11 +159,22 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
   setHandler(taskStateQuery, () =>
     !state.cancelRequested && root.consideredCancelled ? { ...state, cancelRequested: true } : state,
   );
+  /** An answer for an earlier submission under this id (sent again), not for this one. */
+  const earlier = (m: { submittedAt?: number }): boolean =>
+    m.submittedAt !== undefined && m.submittedAt !== submittedAt;
   onSignal(admissionSignal, (a) => {
+    if (earlier(a)) {
+      log.warn('ignored an admission for an earlier submission of this task id', { taskId: input.taskId });
+      return;
+    }
     admission ??= a;
     state.admitted = admission.accepted;
   });
   onSignal(assignmentSignal, (a) => {
+    if (earlier(a)) {
+      stray.push(a); // released: whatever holds that lease is not for this submission
+      return;
+    }
     // The scheduler skips the admission answer when it assigns a device in the same step.
     if (a.attempt === 1) admission ??= { accepted: true };
     state.admitted = admission?.accepted ?? state.admitted;

@@ -258,6 +258,8 @@ export interface PoolDevice {
 export interface ReservationRequest {
   taskId: string;
   attempt: number;
+  /** The task's submission (its `submittedAt`), which the assignment names. */
+  submittedAt?: number;
   leaseId: string;
   pool: string;
   /** The owning host's enrolled public keys: the task verifies the host's reports and seals its payload with them. */
@@ -290,6 +292,8 @@ export interface Reservation extends ReservationRequest {
 export interface Assignment {
   taskId: string;
   attempt: number;
+  /** The submission it is for: a task submitted anew under the id takes it as a stray. */
+  submittedAt?: number;
   leaseId: string;
   hostId: string;
   deviceId: string;

@@ -6,6 +6,7 @@ import { WorkflowNotFoundError } from '@temporalio/client';
 import type { ErrorRequestHandler, RequestHandler } from 'express';
 import { z } from 'zod';
 import { QueueFullError, TaskNotFoundError, TaskRejectedError, ValidationError } from '../client';
+import { HostNotAnsweringError } from '../hosts';
 
 export const PROBLEM_BASE = 'https://fleet.example/problems/';
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
@@ -135,6 +136,9 @@ export function toProblem(err: unknown, opts: { queueFullRetryAfterSeconds?: num
           return invalid([{ in: 'body', path: '(root)', message: bp.message }]);
         }
     }
+  }
+  if (err instanceof HostNotAnsweringError) {
+    return new HttpProblem('unavailable', err.message, { headers: { 'Retry-After': '5' } });
   }
   if (isTemporalUnreachable(err)) {
     return new HttpProblem('unavailable', 'Temporal did not answer in time; try again', {

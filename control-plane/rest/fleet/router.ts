@@ -1,13 +1,6 @@
 import { Router } from 'express';
 import { retireHostSignal, setDeviceDrainSignal, setHostDrainSignal } from '../../../workflows/messages';
-import {
-  enrolmentState,
-  enrollHost,
-  HostBeingRemovedError,
-  HostKeysConflictError,
-  HostNotAnsweringError,
-  sendHostChange,
-} from '../../hosts';
+import { enrolmentState, enrollHost, HostBeingRemovedError, HostKeysConflictError, sendHostChange } from '../../hosts';
 import { requireRole } from '../auth';
 import type { RestDeps } from '../context';
 import { HttpProblem } from '../problem';
@@ -95,7 +88,6 @@ export function hostsRouter(deps: RestDeps): Router {
       if (err instanceof HostKeysConflictError || err instanceof HostBeingRemovedError) {
         throw new HttpProblem('conflict', err.message);
       }
-      if (err instanceof HostNotAnsweringError) throw new HttpProblem('unavailable', err.message);
       throw err;
     }
     res.status(enrolled.created ? 201 : 200).location(`/v1/hosts/${encodeURIComponent(params.hostId)}`);
