@@ -114,6 +114,18 @@ export async function deviceWorkflow(input: DeviceInput): Promise<void> {
 
   setHandler(deviceStateQuery, () => view);
 
+  /** Tells the pool that asked that the device is held (by `heldBy`), so it tries elsewhere. */
+  const refuse = (req: ReservationRequest, heldBy: { taskId: string; leaseId: string; expiresAt: number }): void => {
+    view.refusals++;
+    send(
+      getExternalWorkflowHandle(schedulerWorkflowId(req.pool)).signal(
+        reservationRefusedSignal,
+        asSignal(reservationRefusedSignal, { hostId, deviceId, request: req, heldBy }),
+      ),
+      (err) => log.warn('could not tell the scheduler about a refusal', { error: String(err) }),
+    );
+  };
+
   const onReserve = (req: ReservationRequest): void => {
     // The pool's scheduler learned that the current holder ended and passes that on with the next reservation.
     if (req.release && view.current?.leaseId === req.release.leaseId) {
@@ -127,40 +139,19 @@ export async function deviceWorkflow(input: DeviceInput): Promise<void> {
     if (cur?.leaseId === req.leaseId) return; // duplicate delivery
     if (view.retiring) {
       // A pool that has not heard yet that the host is gone: refused, as if held (it tries elsewhere).
-      view.refusals++;
-      send(
-        getExternalWorkflowHandle(schedulerWorkflowId(req.pool)).signal(
-          reservationRefusedSignal,
-          asSignal(reservationRefusedSignal, {
-            hostId,
-            deviceId,
-            request: req,
-            // Marked held for a minute, so the pool does not offer it again meanwhile; by then the
-            // host's removal has taken the device out of the pool.
-            heldBy: cur
-              ? { taskId: cur.taskId, leaseId: cur.leaseId, expiresAt: cur.expiresAt }
-              : { taskId: 'host-removed', leaseId: `retired/${hostId}/${deviceId}`, expiresAt: Date.now() + 60_000 },
-          }),
-        ),
-        (err) => log.warn('could not tell the scheduler about a refusal', { error: String(err) }),
+      // Marked held for a minute, so the pool does not offer it again meanwhile; by then the host's
+      // removal has taken the device out of the pool.
+      refuse(
+        req,
+        cur
+          ? { taskId: cur.taskId, leaseId: cur.leaseId, expiresAt: cur.expiresAt }
+          : { taskId: 'host-removed', leaseId: `retired/${hostId}/${deviceId}`, expiresAt: Date.now() + 60_000 },
       );
       return;
     }
     if (cur) {
-      view.refusals++;
       if (!view.refusedPools.includes(req.pool)) view.refusedPools.push(req.pool);
-      send(
-        getExternalWorkflowHandle(schedulerWorkflowId(req.pool)).signal(
-          reservationRefusedSignal,
-          asSignal(reservationRefusedSignal, {
-            hostId,
-            deviceId,
-            request: req,
-            heldBy: { taskId: cur.taskId, leaseId: cur.leaseId, expiresAt: cur.expiresAt },
-          }),
-        ),
-        (err) => log.warn('could not tell the scheduler about a refusal', { error: String(err) }),
-      );
+      refuse(req, { taskId: cur.taskId, leaseId: cur.leaseId, expiresAt: cur.expiresAt });
       return;
     }
     const now = Date.now();
