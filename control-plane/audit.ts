@@ -13,7 +13,7 @@
 import { AssertionError } from 'node:assert';
 import { WorkflowNotFoundError, type Client, type WorkflowHandle } from '@temporalio/client';
 import { open, SEALED_ENCODING } from './sealing';
-import { signalTagFor } from './signal-auth';
+import { recordsPatch, signalTagFor } from './signal-auth';
 import type { temporal } from '@temporalio/proto';
 import { SIGNAL_AUTH_PATCH, SIGNAL_NAMES_PATCH } from '../workflows/authenticity';
 import type { Payload } from '@temporalio/common';
@@ -261,18 +261,7 @@ export function refusalStart(
   events: temporal.api.history.v1.IHistoryEvent[],
   patchId: string = SIGNAL_AUTH_PATCH,
 ): number {
-  const marker = events.findIndex(
-    (e) =>
-      e.markerRecordedEventAttributes?.markerName === 'core_patch' &&
-      Object.values(e.markerRecordedEventAttributes.details ?? {}).some((d) =>
-        (d.payloads ?? []).some(
-          (p) =>
-            Buffer.from(p.data ?? [])
-              .toString()
-              .includes(JSON.stringify(patchId)), // the id as a JSON string: not a later "-v10"
-        ),
-      ),
-  );
+  const marker = events.findIndex((e) => recordsPatch(e, patchId));
   if (marker < 0) return Number.POSITIVE_INFINITY;
   // The marker follows its workflow task's completion; that task took what came after the one before.
   let completed = marker;

@@ -47,7 +47,7 @@ import {
 } from '../workflows/types';
 import { initialTaskView, MAX_ATTEMPTS_LIMIT } from '../workflows/policy';
 import { taskWorkflowQueue, type ControlPlaneConfig } from './config';
-import { signalTagFor } from './signal-auth';
+import { recordsPatch, signalTagFor } from './signal-auth';
 import { SIGNAL_AUTH_PATCH, SIGNAL_NAMES_PATCH } from '../workflows/authenticity';
 import { SupersededRuns } from './superseded';
 
@@ -418,12 +418,8 @@ export class FleetClient {
       });
       for (const e of res.history?.events ?? []) {
         // The run's own rule for older tags (workflows/authenticity.ts): taken until it first refused one.
-        const marker = e.markerRecordedEventAttributes;
-        if (marker?.markerName === 'core_patch') {
-          const ids = JSON.stringify(marker.details ?? {});
-          if (ids.includes(JSON.stringify(SIGNAL_AUTH_PATCH))) refusesUntagged = true;
-          if (ids.includes(JSON.stringify(SIGNAL_NAMES_PATCH))) refusesUnnamed = true;
-        }
+        if (recordsPatch(e, SIGNAL_AUTH_PATCH)) refusesUntagged = true;
+        if (recordsPatch(e, SIGNAL_NAMES_PATCH)) refusesUnnamed = true;
         const started = e.workflowExecutionStartedEventAttributes;
         if (started) {
           if (e.eventTime) startedAt = tsToMs(e.eventTime);

@@ -247,7 +247,7 @@ let warnedUnsigned = false;
  * refuse untagged signals ignores them. Said once, on stderr (never the key: there is none).
  */
 function warnUnsignedOnce(): void {
-  if (warnedUnsigned || process.env.FLEET_SIGNAL_KEYS_QUIET === '1') return;
+  if (warnedUnsigned) return;
   warnedUnsigned = true;
   console.warn(
     'fleet: no FLEET_SIGNAL_KEYS (nor FLEET_SIGNAL_KEYS_FILE): signals from this process are not tagged; ' +

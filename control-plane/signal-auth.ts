@@ -210,3 +210,24 @@ export async function signalTagFor(
   const mark = authMark(ps[0]);
   return mark === MARK_UNNAMED ? 'unnamed' : mark === MARK_NAMED ? 'other' : 'untagged';
 }
+
+/** Whether a history event is the marker of this patch (its id as a JSON string: not a later "-v10"). */
+export function recordsPatch(
+  e: {
+    markerRecordedEventAttributes?: {
+      markerName?: string | null;
+      details?: Record<string, { payloads?: Payload[] | null }> | null;
+    } | null;
+  },
+  patchId: string,
+): boolean {
+  const m = e.markerRecordedEventAttributes;
+  if (m?.markerName !== 'core_patch') return false;
+  return Object.values(m.details ?? {}).some((d) =>
+    (d.payloads ?? []).some((p) =>
+      Buffer.from(p.data ?? [])
+        .toString()
+        .includes(JSON.stringify(patchId)),
+    ),
+  );
+}
