@@ -38,8 +38,8 @@ export interface BaselineFleet {
   startShape(devices: number): Promise<void>;
   /**
    * The baseline task through that shape (`shapeTaskWorkflow`), via device relay `i % devices`.
-   * `variant` takes hops off the path (P2 only; see ShapeHop.direct, ShapeInput.clientEnqueue and
-   * ShapeInput.viaUpdates).
+   * `variant` takes hops off the path (P2's variants and P1's floor; see ShapeHop.direct,
+   * ShapeInput.clientEnqueue and ShapeInput.viaUpdates).
    */
   submitShape(taskId: string, i: number, variant?: ShapeVariant): Promise<void>;
   workflowId(taskId: string): string;

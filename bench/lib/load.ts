@@ -1,6 +1,6 @@
 /** Submitting a burst of zero-length tasks, to the fleet or to the baseline, and timing it end to end. */
 import type { Client } from '@temporalio/client';
-import type { BaselineFleet } from './baseline';
+import type { BaselineFleet, ShapeVariant } from './baseline';
 import type { CpuMark, CpuMeter, CpuUse } from './cpu';
 import { taskWorkflowQueue } from '../../control-plane/config';
 import { countRunning, fleetCpuMeter, type BenchFleet } from './fleet';
@@ -105,7 +105,10 @@ export async function burstFleet(
   return finish(cpu, mark, bf.client, taskWorkflowQueue(bf.config), 'taskWorkflow', ids, t0, submitMs, errors, timeoutMs);
 }
 
-/** A burst of baseline tasks; `shape`: through the fleet's message shape (BaselineFleet.submitShape). */
+/**
+ * A burst of baseline tasks; `shape`: through the fleet's message shape (BaselineFleet.submitShape),
+ * `true` for the fleet's own shape or a variant with hops taken off it.
+ */
 export async function burstBaseline(
   cpu: CpuMeter,
   client: Client,
@@ -113,13 +116,13 @@ export async function burstBaseline(
   taskIds: string[],
   concurrency: number,
   timeoutMs: number,
-  shape = false,
+  shape: boolean | ShapeVariant = false,
 ): Promise<BurstResult> {
   const before = base.starts.size; // an earlier burst on the same workers
   const mark = cpu.mark();
   const t0 = Date.now();
   const errors = await tolerant(taskIds, concurrency, (taskId, i) =>
-    shape ? base.submitShape(taskId, i) : base.submit(taskId, i),
+    shape ? base.submitShape(taskId, i, shape === true ? undefined : shape) : base.submit(taskId, i),
   );
   const submitMs = Date.now() - t0;
   const label = shape ? 'shape' : 'baseline';

@@ -16,6 +16,9 @@ import { burstBaseline, burstFleet } from '../lib/load';
 import { log, percentile, round } from '../lib/util';
 import type { Scenario } from './types';
 
+/** P1's floor: the shape with the task's enqueue and the device's hop off the path (P2's 2-workflow-task variant). */
+const SHAPE_FLOOR = { direct: true, clientEnqueue: true } as const;
+
 export const p1Throughput: Scenario = async (be, o) => {
   const ids = (p: string) => Array.from({ length: o.tasks }, (_, i) => `${p}-${String(i).padStart(6, '0')}`);
   const timeoutMs = Math.max(180_000, o.tasks * 500);
@@ -24,6 +27,7 @@ export const p1Throughput: Scenario = async (be, o) => {
   const base = await startBaseline(be, 'p1', o.hosts, o.devices);
   let baseline;
   let shape;
+  let floor;
   try {
     baseline = await burstBaseline(be.cpu, be.env.client, base, ids('p1b'), o.concurrency, timeoutMs);
     log(`  baseline: ${baseline.tasksPerSecond} tasks/s (${baseline.durationMs} ms)`);
@@ -33,6 +37,12 @@ export const p1Throughput: Scenario = async (be, o) => {
     await base.startShape(o.hosts * o.devices);
     shape = await burstBaseline(be.cpu, be.env.client, base, ids('p1s'), o.concurrency, timeoutMs, true);
     log(`  shape: ${shape.tasksPerSecond} tasks/s (${shape.durationMs} ms)`);
+    // The lightest shape that still passes a scheduler and a device workflow: the submitter signals
+    // the scheduler relay, which tells the task and the device relay at once (no device gate before
+    // the run, no task-side enqueue). A floor for any design with the three workflows, not a design.
+    log(`P1 the lightest shape (submitter enqueues, device off the task's path): ${o.tasks} tasks`);
+    floor = await burstBaseline(be.cpu, be.env.client, base, ids('p1l'), o.concurrency, timeoutMs, SHAPE_FLOOR);
+    log(`  lightest shape: ${floor.tasksPerSecond} tasks/s (${floor.durationMs} ms)`);
   } finally {
     await base.stop();
   }
@@ -73,6 +83,12 @@ export const p1Throughput: Scenario = async (be, o) => {
         metric: '  the shape against the bare baseline: tasks/s ratio / CPU ms per task / tasks not completed',
         fleet: '',
         baseline: `${round(shape.tasksPerSecond / baseline.tasksPerSecond, 2)} / ${shape.cpuMsPerTask} / ${shape.notCompleted}`,
+      },
+      {
+        metric:
+          "  the lightest shape with a scheduler and a device workflow (the submitter signals the scheduler relay; it signals the task and the device relay at once; a release signal): tasks/s, ratio to the bare baseline / CPU ms per task / tasks not completed",
+        fleet: '',
+        baseline: `${floor.tasksPerSecond}, ${round(floor.tasksPerSecond / baseline.tasksPerSecond, 2)} / ${floor.cpuMsPerTask} / ${floor.notCompleted}`,
       },
       {
         metric: `CPU ms / task (this process + dev server${o.controlPlane === 'process' ? '; fleet: + control-plane process' : ''})`,
@@ -118,7 +134,7 @@ export const p1Throughput: Scenario = async (be, o) => {
       },
     ],
     notes: [`submit concurrency ${o.concurrency}; end = last workflow close time (visibility)`],
-    details: { fleet, baseline, shape, setupMs: bf.setupMs, pool: bf.pool, scheduler: sched },
+    details: { fleet, baseline, shape, floor, setupMs: bf.setupMs, pool: bf.pool, scheduler: sched },
   };
 };
 
