@@ -28,6 +28,11 @@ export interface ShapeActivities {
    * from the scheduler relay by an update, then reserves it on the device relay by another.
    */
   claim(hop: ShapeHop & { scheduler: string }): Promise<void>;
+  /**
+   * The scheduler relay's local-activity variant: sends a batch of hops by the client (each to its
+   * device relay, and to its task when direct) instead of by SignalExternalWorkflowExecution commands.
+   */
+  relay(hops: ShapeHop[]): Promise<void>;
 }
 
 export interface BaselineInput {
@@ -143,8 +148,9 @@ const SHAPE_ROLL_EVENTS = 1_500;
  * relay (the fleet's scheduler batches its reserve signals the same way). Long-lived: it rolls
  * over like the fleet's scheduler and is terminated when the scenario ends.
  */
-export async function shapeSchedulerWorkflow(carried: ShapeHop[] = []): Promise<void> {
+export async function shapeSchedulerWorkflow(carried: ShapeHop[] = [], byLocalActivity = false): Promise<void> {
   const pending = [...carried];
+  const { relay } = proxyLocalActivities<ShapeActivities>({ startToCloseTimeout: '30 seconds' });
   setHandler(shapeHopSignal, (h) => {
     pending.push(h);
   });
@@ -153,13 +159,16 @@ export async function shapeSchedulerWorkflow(carried: ShapeHop[] = []): Promise<
   for (;;) {
     await condition(() => pending.length > 0);
     const batch = pending.splice(0);
-    await Promise.all(
-      batch.flatMap((h) => [
-        getExternalWorkflowHandle(h.device).signal(shapeHopSignal, h),
-        ...(h.direct ? [getExternalWorkflowHandle(h.task).signal(shapeGoSignal)] : []),
-      ]),
-    );
-    if (workflowInfo().historyLength >= SHAPE_ROLL_EVENTS) await continueAsNew<typeof shapeSchedulerWorkflow>(pending);
+    if (byLocalActivity) await relay(batch);
+    else
+      await Promise.all(
+        batch.flatMap((h) => [
+          getExternalWorkflowHandle(h.device).signal(shapeHopSignal, h),
+          ...(h.direct ? [getExternalWorkflowHandle(h.task).signal(shapeGoSignal)] : []),
+        ]),
+      );
+    if (workflowInfo().historyLength >= SHAPE_ROLL_EVENTS)
+      await continueAsNew<typeof shapeSchedulerWorkflow>(pending, byLocalActivity);
   }
 }
 

@@ -6,6 +6,7 @@
 import { Worker } from '@temporalio/worker';
 import {
   shapeClaimUpdate,
+  shapeGoSignal,
   shapeHopSignal,
   shapeReserveUpdate,
   type BaselineActivities,
@@ -22,6 +23,8 @@ export interface ShapeVariant {
   direct?: boolean;
   clientEnqueue?: boolean;
   viaUpdates?: boolean;
+  /** Through a second scheduler relay that sends its signals by a local activity (the client). */
+  relayByLocalActivity?: boolean;
 }
 
 export interface BaselineFleet {
@@ -59,6 +62,15 @@ export async function startBaseline(be: BenchEnv, name: string, hosts: number, s
     async hold() {
       throw new Error('not served in-process');
     },
+    async relay(hops) {
+      const client = be.env.client.workflow;
+      await Promise.all(
+        hops.flatMap((h) => [
+          client.getHandle(h.device).signal(shapeHopSignal, h),
+          ...(h.direct ? [client.getHandle(h.task).signal(shapeGoSignal)] : []),
+        ]),
+      );
+    },
     async claim({ scheduler, ...hop }) {
       const device = await be.env.client.workflow.getHandle(scheduler).executeUpdate(shapeClaimUpdate, { args: [hop] });
       await be.env.client.workflow.getHandle(device).executeUpdate(shapeReserveUpdate, { args: [hop] });
@@ -94,6 +106,7 @@ export async function startBaseline(be: BenchEnv, name: string, hosts: number, s
   const runs = workers.map((w) => w.run());
   const workflowId = (taskId: string) => `base/${suffix}/${taskId}`;
   const shapeScheduler = `base/${suffix}/shape-scheduler`;
+  const shapeSchedulerLA = `base/${suffix}/shape-scheduler-la`;
   const shapeDevices: string[] = [];
   return {
     workflowQueue,
@@ -108,23 +121,25 @@ export async function startBaseline(be: BenchEnv, name: string, hosts: number, s
       });
     },
     async startShape(devices) {
-      // shapeSchedulerWorkflow and shapeDeviceWorkflow, both without arguments.
-      const start = (workflowId: string, workflowType: string) =>
-        be.env.client.workflow.start(workflowType, { workflowId, taskQueue: workflowQueue, args: [] });
+      // shapeSchedulerWorkflow (twice: by signals, and by a local activity) and shapeDeviceWorkflow.
+      const start = (workflowId: string, workflowType: string, args: unknown[] = []) =>
+        be.env.client.workflow.start(workflowType, { workflowId, taskQueue: workflowQueue, args });
       await start(shapeScheduler, 'shapeSchedulerWorkflow');
+      await start(shapeSchedulerLA, 'shapeSchedulerWorkflow', [[], true]);
       shapeDevices.push(...Array.from({ length: devices }, (_, k) => `base/${suffix}/shape-device-${k}`));
       await mapLimit(shapeDevices, 10, (id) => start(id, 'shapeDeviceWorkflow'));
     },
-    async submitShape(taskId, i, variant = {}) {
+    async submitShape(taskId, i, { relayByLocalActivity, ...variant } = {}) {
       const device = shapeDevices[i % shapeDevices.length];
+      const scheduler = relayByLocalActivity ? shapeSchedulerLA : shapeScheduler;
       await be.env.client.workflow.start<typeof shapeTaskWorkflow>('shapeTaskWorkflow', {
         workflowId: workflowId(taskId),
         taskQueue: workflowQueue,
-        args: [{ taskId, taskQueue: hostQueues[i % hostQueues.length], scheduler: shapeScheduler, device, ...variant }],
+        args: [{ taskId, taskQueue: hostQueues[i % hostQueues.length], scheduler, device, ...variant }],
       });
       if (variant.clientEnqueue) {
         const hop: ShapeHop = { task: workflowId(taskId), device, direct: variant.direct };
-        await be.env.client.workflow.getHandle(shapeScheduler).signal(shapeHopSignal, hop);
+        await be.env.client.workflow.getHandle(scheduler).signal(shapeHopSignal, hop);
       }
     },
     waitForCount: (n, timeoutMs) =>
@@ -137,7 +152,7 @@ export async function startBaseline(be: BenchEnv, name: string, hosts: number, s
     async stop() {
       // The relays never end on their own.
       if (shapeDevices.length > 0) {
-        await mapLimit([shapeScheduler, ...shapeDevices], 10, (id) =>
+        await mapLimit([shapeScheduler, shapeSchedulerLA, ...shapeDevices], 10, (id) =>
           be.env.client.workflow.getHandle(id).terminate('bench done').catch(() => undefined),
         );
       }

@@ -28,6 +28,7 @@ export const p1Throughput: Scenario = async (be, o) => {
   let baseline;
   let shape;
   let floor;
+  let shapeLA;
   try {
     baseline = await burstBaseline(be.cpu, be.env.client, base, ids('p1b'), o.concurrency, timeoutMs);
     log(`  baseline: ${baseline.tasksPerSecond} tasks/s (${baseline.durationMs} ms)`);
@@ -43,6 +44,9 @@ export const p1Throughput: Scenario = async (be, o) => {
     log(`P1 the lightest shape (submitter enqueues, device off the task's path): ${o.tasks} tasks`);
     floor = await burstBaseline(be.cpu, be.env.client, base, ids('p1l'), o.concurrency, timeoutMs, SHAPE_FLOOR);
     log(`  lightest shape: ${floor.tasksPerSecond} tasks/s (${floor.durationMs} ms)`);
+    log(`P1 the shape with the scheduler relay signalling by a local activity: ${o.tasks} tasks`);
+    shapeLA = await burstBaseline(be.cpu, be.env.client, base, ids('p1a'), o.concurrency, timeoutMs, { relayByLocalActivity: true });
+    log(`  shape, relay by local activity: ${shapeLA.tasksPerSecond} tasks/s (${shapeLA.durationMs} ms)`);
   } finally {
     await base.stop();
   }
@@ -91,6 +95,12 @@ export const p1Throughput: Scenario = async (be, o) => {
         baseline: `${floor.tasksPerSecond}, ${round(floor.tasksPerSecond / baseline.tasksPerSecond, 2)} / ${floor.cpuMsPerTask} / ${floor.notCompleted}`,
       },
       {
+        metric:
+          "  the fleet's shape, the scheduler relay sending its signals by a local activity (the client) instead of by commands: tasks/s, ratio to the bare baseline / CPU ms per task / tasks not completed",
+        fleet: '',
+        baseline: `${shapeLA.tasksPerSecond}, ${round(shapeLA.tasksPerSecond / baseline.tasksPerSecond, 2)} / ${shapeLA.cpuMsPerTask} / ${shapeLA.notCompleted}`,
+      },
+      {
         metric: `CPU ms / task (this process + dev server${o.controlPlane === 'process' ? '; fleet: + control-plane process' : ''})`,
         fleet: fleet.cpuMsPerTask,
         baseline: baseline.cpuMsPerTask,
@@ -134,7 +144,7 @@ export const p1Throughput: Scenario = async (be, o) => {
       },
     ],
     notes: [`submit concurrency ${o.concurrency}; end = last workflow close time (visibility)`],
-    details: { fleet, baseline, shape, floor, setupMs: bf.setupMs, pool: bf.pool, scheduler: sched },
+    details: { fleet, baseline, shape, floor, shapeLA, setupMs: bf.setupMs, pool: bf.pool, scheduler: sched },
   };
 };
 
