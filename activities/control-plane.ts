@@ -4,7 +4,7 @@
  * injects the client and the configuration.
  */
 import { Context } from '@temporalio/activity';
-import type { Client } from '@temporalio/client';
+import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import { schedulerInput, type ControlPlaneConfig } from '../control-plane/config';
 import type { deviceWorkflow } from '../workflows/device';
@@ -44,6 +44,39 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
         workflowIdConflictPolicy: 'USE_EXISTING',
         staticSummary: `scheduler of pool ${pool}`,
       });
+    },
+
+    /**
+     * Sends a batch of signals as client calls (each signed by the client's interceptor and codec,
+     * as any control-plane signal). Returns the ones whose workflow is not there (closed or never
+     * started), by index, as a command's failure would say. Any other error is retried here for the
+     * failed signals only, then thrown (the local activity's retry then sends the batch again: the
+     * receivers take a signal once).
+     */
+    async sendSignals(batch: OutgoingSignal[]): Promise<Array<{ i: number; error: string }>> {
+      const gone: Array<{ i: number; error: string }> = [];
+      let pending = batch.map((s, i) => ({ s, i }));
+      for (let round = 0; ; round++) {
+        const failed: typeof pending = [];
+        let last: unknown;
+        await Promise.all(
+          pending.map(async (p) => {
+            try {
+              await client.workflow.getHandle(p.s.workflowId).signal(p.s.signal, p.s.arg);
+            } catch (err) {
+              if (err instanceof WorkflowNotFoundError) gone.push({ i: p.i, error: String(err) });
+              else {
+                failed.push(p);
+                last = err;
+              }
+            }
+          }),
+        );
+        if (failed.length === 0) return gone;
+        if (round >= 4) throw last;
+        pending = failed;
+        await new Promise((r) => setTimeout(r, 200 * 2 ** round));
+      }
     },
 
     async syncHost(req: SyncHostRequest): Promise<void> {
@@ -93,3 +126,11 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
 }
 
 export type ControlPlaneActivities = ReturnType<typeof createControlPlaneActivities>;
+
+/** One signal of a batch a workflow sends by a local activity (`sendSignals`). */
+export interface OutgoingSignal {
+  workflowId: string;
+  signal: string;
+  arg: unknown;
+}
+

@@ -137,6 +137,10 @@ export async function deviceWorkflow(input: DeviceInput): Promise<void> {
     }
     const cur = view.current;
     if (cur?.leaseId === req.leaseId) return; // duplicate delivery
+    // A lease this device has already had and let go: the same reservation sent again (a pool's
+    // local activity run again after a worker crash, or a replay). Runs recorded before this check
+    // took it, and replay so (the patch is asked only here).
+    if (view.recent.some((r) => r.leaseId === req.leaseId) && patched('device-reserve-once-v1')) return;
     if (view.retiring) {
       // A pool that has not heard yet that the host is gone: refused, as if held (it tries elsewhere).
       // Marked held for a minute, so the pool does not offer it again meanwhile; by then the host's

@@ -14,11 +14,13 @@ import {
   getExternalWorkflowHandle,
   log,
   patched,
+  proxyLocalActivities,
   setCurrentDetails,
   setHandler,
   sleep,
   upsertSearchAttributes,
   uuid4,
+  type SignalDefinition,
 } from '@temporalio/workflow';
 import {
   DEFAULT_HISTORY_LIMIT,
@@ -29,6 +31,7 @@ import {
 import { ErrorType, Reason } from './errors';
 import { deviceKey, deviceWorkflowId, hostWorkflowId, taskWorkflowId } from './ids';
 import { asSignal, isAuthentic, onSignal } from './authenticity';
+import type * as controlActivities from '../activities/control-plane';
 import {
   admissionSignal,
   configureSchedulerUpdate,
@@ -81,6 +84,14 @@ interface Held {
   /** The task was cancelled while this reservation was on the way: not put back in the queue. */
   cancelled?: boolean;
 }
+
+
+const { sendSignals } = proxyLocalActivities<ReturnType<typeof controlActivities.createControlPlaneActivities>>({
+  startToCloseTimeout: '60s',
+  retry: { initialInterval: '1s', maximumInterval: '10s' }, // until the server answers
+});
+/** A round's sends go by one local activity once there are this many (else by commands). */
+const BATCH_MIN = 2;
 
 export interface SchedulerCarried {
   /** Admission answers decided while the previous run was rolling over: sent by the next run. */
@@ -231,8 +242,50 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     ]);
   }
 
+  /**
+   * Runs started by this code send a round's signals together, as client calls from one local
+   * activity, once there are BATCH_MIN of them: no workflow task comes back per delivery, and
+   * nothing stays in flight across continue-as-new. Older runs replay with commands.
+   */
+  const batching = patched('scheduler-send-batch-v1');
+  type Outgoing = { workflowId: string; def: { name: string }; arg: object; onError: (err: unknown) => void; onDone?: () => void };
+  const outbox: Outgoing[] = [];
+  const command = (o: Outgoing): void => {
+    const p = getExternalWorkflowHandle(o.workflowId).signal(o.def.name, asSignal(o.def, o.arg));
+    inFlight.track(o.onDone ? p.finally(o.onDone) : p, o.onError);
+  };
   /** Outgoing signals are fire-and-track: continue-as-new waits for them. */
-  const send = (p: Promise<void>, onError: (err: unknown) => void): void => inFlight.track(p, onError);
+  const sendTo = <T extends object>(
+    workflowId: string,
+    def: { name: string } & SignalDefinition<[T]>,
+    arg: T,
+    onError: (err: unknown) => void,
+    onDone?: () => void,
+  ): void => {
+    const o: Outgoing = { workflowId, def, arg, onError, onDone };
+    if (!batching) return command(o);
+    outbox.push(o); // the main loop wakes for it
+  };
+  const flush = (): void => {
+    if (outbox.length === 0) return;
+    const items = outbox.splice(0);
+    if (items.length < BATCH_MIN) {
+      for (const o of items) command(o);
+      return;
+    }
+    inFlight.track(
+      sendSignals(items.map((o) => ({ workflowId: o.workflowId, signal: o.def.name, arg: o.arg }))).then(
+        (failed) => {
+          for (const f of failed) items[f.i]?.onError(new Error(f.error));
+          for (const o of items) o.onDone?.();
+        },
+      ),
+      (err) => {
+        for (const o of items) o.onError(err);
+        for (const o of items) o.onDone?.();
+      },
+    );
+  };
 
   const insert = (t: QueuedTask): void => {
     t.constraints = intern(t.constraints);
@@ -260,8 +313,10 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
       deferredReplies.push({ taskId, admission });
       return;
     }
-    send(
-      getExternalWorkflowHandle(taskWorkflowId(taskId)).signal(admissionSignal, asSignal(admissionSignal, admission)),
+    sendTo(
+      taskWorkflowId(taskId),
+      admissionSignal,
+      admission,
       (err) => {
         log.warn('admission reply failed; dropping the task from the queue', { taskId, error: String(err) });
         const i = queueIndex(taskId);
@@ -472,17 +527,18 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   function passOn(r: DeviceReleased): void {
     const k = deviceKey(r.hostId, r.deviceId);
     passing.set(k, r);
-    send(
-      getExternalWorkflowHandle(deviceWorkflowId(r.hostId, r.deviceId))
-        .signal(releaseDeviceSignal, asSignal(releaseDeviceSignal, { ...releaseNote(r), via: pool }))
-        .finally(() => {
-          if (passing.get(k) === r) passing.delete(k);
-        }),
+    sendTo(
+      deviceWorkflowId(r.hostId, r.deviceId),
+      releaseDeviceSignal,
+      { ...releaseNote(r), via: pool },
       (err) =>
         log.warn('could not pass a release on to its device', {
           device: deviceKey(r.hostId, r.deviceId),
           error: String(err),
         }),
+      () => {
+        if (passing.get(k) === r) passing.delete(k);
+      },
     );
   }
 
@@ -518,11 +574,10 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   }
 
   function askReconfirm(hostId: string, at: number, reason: string): void {
-    send(
-      getExternalWorkflowHandle(hostWorkflowId(hostId)).signal(
-        reconfirmHostSignal,
-        asSignal(reconfirmHostSignal, { reason, at }),
-      ),
+    sendTo(
+      hostWorkflowId(hostId),
+      reconfirmHostSignal,
+      { reason, at },
       (err) => {
         log.warn('could not ask the host workflow to reconfirm; not holding its devices back', {
           hostId,
@@ -558,11 +613,10 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
       if (h.until < now) {
         if (h.task) {
           const slash = k.indexOf('/'); // host ids cannot contain '/' (ids.ts)
-          send(
-            getExternalWorkflowHandle(deviceWorkflowId(k.slice(0, slash), k.slice(slash + 1))).signal(
-              expireHoldSignal,
-              asSignal(expireHoldSignal, { leaseId: h.leaseId }),
-            ),
+          sendTo(
+            deviceWorkflowId(k.slice(0, slash), k.slice(slash + 1)),
+            expireHoldSignal,
+            { leaseId: h.leaseId },
             (err) => log.warn('could not expire a hold', { device: k, error: String(err) }),
           );
         }
@@ -603,20 +657,19 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
         until: Date.now() + task.holdMs + holdSlackMs,
       });
       counters.assignments++;
-      send(
-        getExternalWorkflowHandle(deviceWorkflowId(device.hostId, device.deviceId)).signal(
-          reserveDeviceSignal,
-          asSignal(reserveDeviceSignal, {
-            taskId: task.taskId,
-            attempt: task.attempt,
-            submittedAt: task.submittedAt,
-            leaseId,
-            pool,
-            holdMs: task.holdMs,
-            hostKeys: hostKeys.get(device.hostId)!,
-            ...(previous ? { release: releaseNote(previous) } : {}),
-          }),
-        ),
+      sendTo(
+        deviceWorkflowId(device.hostId, device.deviceId),
+        reserveDeviceSignal,
+        {
+          taskId: task.taskId,
+          attempt: task.attempt,
+          submittedAt: task.submittedAt,
+          leaseId,
+          pool,
+          holdMs: task.holdMs,
+          hostKeys: hostKeys.get(device.hostId)!,
+          ...(previous ? { release: releaseNote(previous) } : {}),
+        },
         (err) => {
           // No device workflow to hold the reservation: treat the device as offline until its host reports again.
           log.warn('reserve failed; device set offline until the next host update', { device: k, error: String(err) });
@@ -655,7 +708,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   })();
 
   for (;;) {
-    await condition(() => dirty || shouldContinueAsNew(historyLimit));
+    await condition(() => dirty || outbox.length > 0 || shouldContinueAsNew(historyLimit));
     if (shouldContinueAsNew(historyLimit)) break;
     dirty = false;
     dropExpiredHolds(Date.now());
@@ -665,6 +718,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     // Devices freed this round that got no new work: the release goes to them on its own.
     for (const r of toRelease.values()) passOn(r);
     toRelease.clear();
+    flush();
     setCurrentDetails(
       `pool **${pool}** · ${config.strategy} · queued ${queue.length}/${config.maxQueueDepth} · devices ${devices.size} · held ${held.size}`,
     );
@@ -676,7 +730,11 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   unanswered.clear();
   for (const r of toRelease.values()) passOn(r); // released in the step that decided to roll over
   toRelease.clear();
-  await condition(() => inFlight.count === 0 && allHandlersFinished());
+  for (;;) {
+    flush();
+    await condition(() => outbox.length > 0 || (inFlight.count === 0 && allHandlersFinished()));
+    if (outbox.length === 0) break;
+  }
   // Tasks admitted while we waited: their answer goes with the carried state, never dropped.
   for (const [taskId, at] of unanswered) reply(taskId, { accepted: true }, at);
   return await continueAsNew<typeof schedulerWorkflow>({

@@ -301,13 +301,18 @@ export function closeBounces(events: HistoryEvent[]): number {
 
 /**
  * What each roll-over of a long-lived workflow cost the pool, from consecutive runs: the gap between
- * the last `signalName` signal a run sent and the first the next run sent (under a saturated queue,
+ * the last `signalName` signal (or batch of signals) a run sent and the first the next run sent (under a saturated queue,
  * time the pool assigned nothing), and how many signals each run left undelivered at its close.
  */
 export function rollOverGaps(runs: Array<{ events: HistoryEvent[] }>, signalName: string) {
+  // A batch sent by a local activity (the scheduler's, since session 18) counts as a send too.
   const sent = (events: HistoryEvent[]) =>
     events
-      .filter((e) => e.signalExternalWorkflowExecutionInitiatedEventAttributes?.signalName === signalName)
+      .filter(
+        (e) =>
+          e.signalExternalWorkflowExecutionInitiatedEventAttributes?.signalName === signalName ||
+          e.markerRecordedEventAttributes?.markerName === 'core_local_activity',
+      )
       .map(eventMs);
   const gapsMs: number[] = [];
   for (let i = 0; i + 1 < runs.length; i++) {

@@ -125,7 +125,7 @@ export const p1Throughput: Scenario = async (be, o) => {
       },
       {
         metric:
-          'scheduler roll-overs: pool idle across each, max / median (ms; last reserve of a run -> first of the next)',
+          'scheduler roll-overs: pool idle across each, max / median (ms; last reserve or batch of sends of a run -> first of the next)',
         fleet: sched.rollGapsMs.length
           ? `${Math.max(...sched.rollGapsMs)} / ${percentile(sched.rollGapsMs, 50)}`
           : 'n/a',
