@@ -50,8 +50,8 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
      * Sends a batch of signals as client calls (each signed by the client's interceptor and codec,
      * as any control-plane signal). Returns the ones whose workflow is not there (closed or never
      * started), by index, as a command's failure would say. Any other error is retried here for the
-     * failed signals only, then thrown (the local activity's retry then sends the batch again: the
-     * receivers take a signal once).
+     * failed signals only, then thrown (the local activity's retry then sends the batch again: a
+     * device turns away a reservation it already had, and the other signals change nothing twice).
      */
     async sendSignals(batch: OutgoingSignal[]): Promise<Array<{ i: number; error: string }>> {
       const gone: Array<{ i: number; error: string }> = [];
@@ -133,4 +133,3 @@ export interface OutgoingSignal {
   signal: string;
   arg: unknown;
 }
-

@@ -85,7 +85,6 @@ interface Held {
   cancelled?: boolean;
 }
 
-
 const { sendSignals } = proxyLocalActivities<ReturnType<typeof controlActivities.createControlPlaneActivities>>({
   startToCloseTimeout: '60s',
   retry: { initialInterval: '1s', maximumInterval: '10s' }, // until the server answers
@@ -248,7 +247,13 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
    * nothing stays in flight across continue-as-new. Older runs replay with commands.
    */
   const batching = patched('scheduler-send-batch-v1');
-  type Outgoing = { workflowId: string; def: { name: string }; arg: object; onError: (err: unknown) => void; onDone?: () => void };
+  type Outgoing = {
+    workflowId: string;
+    def: { name: string };
+    arg: object;
+    onError: (err: unknown) => void;
+    onDone?: () => void;
+  };
   const outbox: Outgoing[] = [];
   const command = (o: Outgoing): void => {
     const p = getExternalWorkflowHandle(o.workflowId).signal(o.def.name, asSignal(o.def, o.arg));
@@ -257,7 +262,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   /** Outgoing signals are fire-and-track: continue-as-new waits for them. */
   const sendTo = <T extends object>(
     workflowId: string,
-    def: { name: string } & SignalDefinition<[T]>,
+    def: SignalDefinition<[T]>,
     arg: T,
     onError: (err: unknown) => void,
     onDone?: () => void,
@@ -274,12 +279,10 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
       return;
     }
     inFlight.track(
-      sendSignals(items.map((o) => ({ workflowId: o.workflowId, signal: o.def.name, arg: o.arg }))).then(
-        (failed) => {
-          for (const f of failed) items[f.i]?.onError(new Error(f.error));
-          for (const o of items) o.onDone?.();
-        },
-      ),
+      sendSignals(items.map((o) => ({ workflowId: o.workflowId, signal: o.def.name, arg: o.arg }))).then((failed) => {
+        for (const f of failed) items[f.i]?.onError(new Error(f.error));
+        for (const o of items) o.onDone?.();
+      }),
       (err) => {
         for (const o of items) o.onError(err);
         for (const o of items) o.onDone?.();
@@ -313,16 +316,11 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
       deferredReplies.push({ taskId, admission });
       return;
     }
-    sendTo(
-      taskWorkflowId(taskId),
-      admissionSignal,
-      admission,
-      (err) => {
-        log.warn('admission reply failed; dropping the task from the queue', { taskId, error: String(err) });
-        const i = queueIndex(taskId);
-        if (i >= 0) queue.splice(i, 1);
-      },
-    );
+    sendTo(taskWorkflowId(taskId), admissionSignal, admission, (err) => {
+      log.warn('admission reply failed; dropping the task from the queue', { taskId, error: String(err) });
+      const i = queueIndex(taskId);
+      if (i >= 0) queue.splice(i, 1);
+    });
   };
   // Tasks admitted while the previous run rolled over: a task still queued is answered like any
   // other enqueue, after this run's first round and only if that round gave it no device (the
@@ -574,19 +572,14 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   }
 
   function askReconfirm(hostId: string, at: number, reason: string): void {
-    sendTo(
-      hostWorkflowId(hostId),
-      reconfirmHostSignal,
-      { reason, at },
-      (err) => {
-        log.warn('could not ask the host workflow to reconfirm; not holding its devices back', {
-          hostId,
-          error: String(err),
-        });
-        if (suspects.get(hostId) === at) suspects.delete(hostId);
-        dirty = true;
-      },
-    );
+    sendTo(hostWorkflowId(hostId), reconfirmHostSignal, { reason, at }, (err) => {
+      log.warn('could not ask the host workflow to reconfirm; not holding its devices back', {
+        hostId,
+        error: String(err),
+      });
+      if (suspects.get(hostId) === at) suspects.delete(hostId);
+      dirty = true;
+    });
   }
 
   /** Could take work: online, healthy, not drained, its host trusted and not presumed lost. */

@@ -45,7 +45,9 @@ export const p1Throughput: Scenario = async (be, o) => {
     floor = await burstBaseline(be.cpu, be.env.client, base, ids('p1l'), o.concurrency, timeoutMs, SHAPE_FLOOR);
     log(`  lightest shape: ${floor.tasksPerSecond} tasks/s (${floor.durationMs} ms)`);
     log(`P1 the shape with the scheduler relay signalling by a local activity: ${o.tasks} tasks`);
-    shapeLA = await burstBaseline(be.cpu, be.env.client, base, ids('p1a'), o.concurrency, timeoutMs, { relayByLocalActivity: true });
+    shapeLA = await burstBaseline(be.cpu, be.env.client, base, ids('p1a'), o.concurrency, timeoutMs, {
+      relayByLocalActivity: true,
+    });
     log(`  shape, relay by local activity: ${shapeLA.tasksPerSecond} tasks/s (${shapeLA.durationMs} ms)`);
   } finally {
     await base.stop();
@@ -90,7 +92,7 @@ export const p1Throughput: Scenario = async (be, o) => {
       },
       {
         metric:
-          "  the lightest shape with a scheduler and a device workflow (the submitter signals the scheduler relay; it signals the task and the device relay at once; a release signal): tasks/s, ratio to the bare baseline / CPU ms per task / tasks not completed",
+          '  the lightest shape with a scheduler and a device workflow (the submitter signals the scheduler relay; it signals the task and the device relay at once; a release signal): tasks/s, ratio to the bare baseline / CPU ms per task / tasks not completed',
         fleet: '',
         baseline: `${floor.tasksPerSecond}, ${round(floor.tasksPerSecond / baseline.tasksPerSecond, 2)} / ${floor.cpuMsPerTask} / ${floor.notCompleted}`,
       },
