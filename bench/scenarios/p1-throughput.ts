@@ -12,12 +12,19 @@ import { startBaseline } from '../lib/baseline';
 import type { BenchEnv } from '../lib/env';
 import { closeBounces, fetchRuns, rollOverGaps, workflowTaskTimings, type Run } from '../lib/history';
 import { startLoadFleet } from '../lib/fleet';
-import { burstBaseline, burstFleet } from '../lib/load';
+import { burstBaseline, burstFleet, type BurstResult } from '../lib/load';
 import { log, percentile, round } from '../lib/util';
 import type { Scenario } from './types';
 
 /** P1's floor: the shape with the task's enqueue and the device's hop off the path (P2's 2-workflow-task variant). */
 const SHAPE_FLOOR = { direct: true, clientEnqueue: true } as const;
+
+/** Server / this process CPU ms per completed task (a control-plane process counted with this process). */
+function cpuSplit(r: BurstResult): string {
+  const n = Math.max(1, r.completed);
+  const extra = Object.values(r.cpu.extra).reduce((a, b) => a + (Number.isFinite(b) ? b : 0), 0);
+  return `${round((r.cpu.serverSec * 1000) / n, 1)} / ${round(((r.cpu.benchProcessSec + extra) * 1000) / n, 1)}`;
+}
 
 export const p1Throughput: Scenario = async (be, o) => {
   const ids = (p: string) => Array.from({ length: o.tasks }, (_, i) => `${p}-${String(i).padStart(6, '0')}`);
@@ -107,6 +114,12 @@ export const p1Throughput: Scenario = async (be, o) => {
         fleet: fleet.cpuMsPerTask,
         baseline: baseline.cpuMsPerTask,
         ratio: round(fleet.cpuMsPerTask / baseline.cpuMsPerTask, 2),
+      },
+      {
+        metric:
+          'CPU ms / task, split: dev server / this process (workers, hosts, clients); shape, lightest shape, relay by local activity in the baseline column after the bare baseline',
+        fleet: cpuSplit(fleet),
+        baseline: [baseline, shape, floor, shapeLA].map(cpuSplit).join('; '),
       },
       {
         metric: 'CPU s used by other processes during the run',
