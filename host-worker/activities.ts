@@ -25,6 +25,7 @@ import type { DeviceClaims } from './claims';
 import type { Journal } from './journal';
 import { UnknownDefinitionError, type RunResult, type Runners } from './runners';
 import type { HostLog } from './logging';
+import type { ServerContact } from './contact';
 
 export interface HostActivities {
   runAssignment(sealed: Sealed<HostAssignment>): Promise<SignedRunOutcome>;
@@ -56,6 +57,11 @@ export interface HostActivityDeps {
   journal?: Pick<Journal, 'add' | 'remove'>;
   /** Each message with its level (info when left out). */
   log?: HostLog;
+  /**
+   * When the host last heard from the server (contact.ts): a run without contact for a whole lease
+   * stops its runner (self-fencing), since the server has timed its attempt out by then.
+   */
+  contact?: ServerContact;
 }
 
 const isStale = (err: unknown): boolean => {
@@ -121,20 +127,44 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
       /** The result's progress fields (a run shorter than reportDelayMs sent no progress report). */
       const progressSoFar = () => ({ lastProgressSeq: seq, ...(seq > 0 ? { lastProgress: lastMessage } : {}) });
       const renew = setInterval(heartbeat, Math.max(100, Math.floor(a.leaseTimeoutMs / 3)));
-      // Aborted when a newer attempt is given this device, or a report is refused as stale.
+      // Aborted when a newer attempt is given this device, a report is refused as stale, or the
+      // host lost contact with the server for a whole lease.
       const superseded = new AbortController();
+      /** Why the run stopped itself when it lost contact (the attempt's failure says so). */
+      let fenced: string | undefined;
       const holder = {
-        stop: (reason: string) => {
+        stop: (reason: string, level: 'info' | 'warn' = 'info') => {
           if (superseded.signal.aborted) return;
-          log('runner asked to stop', { taskId: a.taskId, attempt: a.attempt, deviceId: a.deviceId, reason });
+          log('runner asked to stop', { taskId: a.taskId, attempt: a.attempt, deviceId: a.deviceId, reason }, level);
           superseded.abort(new Error(reason));
         },
+      };
+      const staleLease = () => ApplicationFailure.nonRetryable(fenced ?? 'lease superseded', ErrorType.StaleLease);
+      // Self-fencing: the task came from the server just now, so the run starts with contact.
+      const since = Date.now();
+      const contact = deps.contact;
+      const unhold = contact?.hold(a.leaseTimeoutMs);
+      const fence = contact
+        ? setInterval(
+            () => {
+              const silent = contact.lost(since, a.leaseTimeoutMs);
+              if (silent === undefined || superseded.signal.aborted) return;
+              fenced = `lease lost: no contact with the Temporal server for ${silent} ms (lease ${a.leaseTimeoutMs} ms)`;
+              holder.stop(fenced, 'warn');
+            },
+            Math.max(50, Math.floor(a.leaseTimeoutMs / 8)),
+          )
+        : undefined;
+      const stopTimers = () => {
+        clearInterval(renew);
+        clearInterval(fence);
+        unhold?.();
       };
       let claimed: boolean;
       try {
         claimed = await deps.claims.claim(a.deviceId, holder, deps.takeoverWaitMs, ctx.cancellationSignal);
       } catch (err) {
-        clearInterval(renew);
+        stopTimers();
         throw err;
       }
       claimedAt = Date.now();
@@ -144,11 +174,11 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
         ? unusable(device)
         : `device ${a.deviceId} is still busy with an earlier assignment (asked to stop, not done within ${deps.takeoverWaitMs} ms)`;
       if (refusal || superseded.signal.aborted || ctx.cancellationSignal.aborted) {
-        clearInterval(renew);
+        stopTimers();
         if (claimed) deps.claims.release(a.deviceId, holder);
         if (ctx.cancellationSignal.aborted)
           throw new CancelledFailure(`run stopped: ${String(ctx.cancellationSignal.reason)}`);
-        if (superseded.signal.aborted) throw ApplicationFailure.nonRetryable('lease superseded', ErrorType.StaleLease);
+        if (superseded.signal.aborted) throw staleLease();
         return refuse(Reason.DeviceUnavailable, refusal!, true);
       }
       try {
@@ -164,7 +194,7 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
         });
         return await run(device!);
       } finally {
-        clearInterval(renew);
+        stopTimers();
         deps.claims.release(a.deviceId, holder);
         await deps.journal
           ?.remove(a.taskId, a.attempt)
@@ -177,10 +207,14 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
         const report = (r: Pick<AttemptReport, 'kind' | 'at' | 'seq' | 'message' | 'claimedAt'>) => {
           const body = { ...r, taskId: a.taskId, attempt: a.attempt, leaseId: a.leaseId, hostId };
           const full: AttemptReport = { ...body, sig: sign(deps.credential, SignDomain.Report, body) };
+          const sentAt = Date.now();
           return withTimeout(
             task.executeUpdate(reportAttemptUpdate, { args: [full] }),
             Math.max(1_000, Math.floor(a.leaseTimeoutMs / 2)),
-          );
+          ).then((r) => {
+            contact?.noteContact(sentAt);
+            return r;
+          });
         };
 
         log('assignment claimed', { taskId: a.taskId, attempt: a.attempt, deviceId: a.deviceId });
@@ -240,8 +274,7 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
               ? await deps.runners.goal.runGoal(a.work.goal, runCtx)
               : await deps.runners.workflow.runDefinition({ name: a.work.definition, steps: a.work.steps }, runCtx);
         } catch (err) {
-          if (superseded.signal.aborted)
-            throw ApplicationFailure.nonRetryable('lease superseded', ErrorType.StaleLease);
+          if (superseded.signal.aborted) throw staleLease();
           if (ctx.cancellationSignal.aborted)
             throw new CancelledFailure(`run stopped: ${String(ctx.cancellationSignal.reason)}`);
           // What the run got to before it crashed: a run shorter than reportDelayMs reported none of it.
@@ -261,7 +294,7 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
         }
         if (ctx.cancellationSignal.aborted)
           throw new CancelledFailure(`run stopped: ${String(ctx.cancellationSignal.reason)}`);
-        if (superseded.signal.aborted) throw ApplicationFailure.nonRetryable('lease superseded', ErrorType.StaleLease);
+        if (superseded.signal.aborted) throw staleLease();
         sendProgress();
         await Promise.all(reports);
         return signed({

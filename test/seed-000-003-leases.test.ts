@@ -4,7 +4,7 @@
  * Hosts that must die or pause run as real processes (SIGKILL / SIGSTOP).
  */
 import assert from 'node:assert/strict';
-import { WorkflowUpdateFailedError } from '@temporalio/client';
+import { Connection, WorkflowUpdateFailedError } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import { ErrorType } from '../workflows/errors';
 import { deviceWorkflowId, hostWorkflowId, schedulerWorkflowId, taskWorkflowId } from '../workflows/ids';
@@ -22,7 +22,8 @@ import {
   schedulerStateQuery,
   type DeviceView,
 } from '../workflows/messages';
-import { Worker } from '@temporalio/worker';
+import { NativeConnection, Worker } from '@temporalio/worker';
+import { startPartitionableProxy } from './helpers/proxy';
 import { deviceWorkflow } from '../workflows/device';
 import { schedulerWorkflow } from '../workflows/scheduler';
 import { testEnv, workflowBundle } from './setup';
@@ -572,6 +573,66 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
       'the host workflow asked h1 for a snapshot',
     );
     await f.fleet.cancel(taskId).catch(() => undefined);
+  });
+
+  it('A host cut off from the server (network partition) stops its run once the lease is gone, not when the partition ends', async () => {
+    f = await startFleet('cut-off');
+    const proxy = await startPartitionableProxy(testEnv().address);
+    const workerConnection = await NativeConnection.connect({ address: proxy.address });
+    const clientConnection = await Connection.connect({ address: proxy.address });
+    let stoppedAt: number | undefined;
+    const held = recordingRunners({
+      override: (ctx) =>
+        new Promise((resolve) => {
+          ctx.started();
+          ctx.signal.addEventListener('abort', () => {
+            stoppedAt = Date.now();
+            resolve({ status: 'failed', retryable: true, reason: 'stopped', message: String(ctx.signal.reason) });
+          });
+        }),
+    });
+    try {
+      // A long host timeout: nothing but the run's own lease ends it.
+      const h1 = await f.addHost('h1', [{ deviceId: 'd1' }], {
+        workerConnection,
+        clientConnection,
+        runners: held.runners,
+        hostTimeoutMs: 120_000,
+      });
+      await deviceKnown(1);
+      const { taskId } = await f.fleet.submit({ goal: 'long', policy: { leaseTimeoutMs: 2_000, maxAttempts: 2 } });
+      await f.waitForStatus(taskId, 'running');
+      const cutAt = Date.now();
+      proxy.cut();
+      await eventually(async () => (stoppedAt !== undefined ? true : undefined), 'the cut-off run stopped', 30_000);
+      const after = stoppedAt! - cutAt;
+      // Not before its lease could be gone (the last probe answered at most a quarter lease before
+      // the cut), and within about a lease of the last answer: by then the server has timed the
+      // attempt out and the retry may start elsewhere. (Without the host's own check the SDK cancels
+      // the run itself only after about three leases here: 6.1-6.5 s with this 2 s lease.)
+      assert.ok(after >= 1_000 && after < 4_000, `stopped ${after} ms after the cut`);
+      assert.equal(held.calls.length, 1);
+      assert.equal(held.calls[0].aborted, true);
+      // The retry runs elsewhere while h1 is still cut off; h1's run is already over.
+      await rescueHost('h2', 'd2');
+      const t = await f.waitForStatus(taskId, 'done', 30_000);
+      assert.deepEqual(
+        t.attempts.map((x) => [x.hostId, x.outcome]),
+        [
+          [f.hostId('h1'), 'lease_expired'],
+          [f.hostId('h2'), 'done'],
+        ],
+      );
+      proxy.heal();
+      await h1.stop();
+    } finally {
+      proxy.heal();
+      await f.stop();
+      f = undefined;
+      await workerConnection.close().catch(() => undefined);
+      await clientConnection.close().catch(() => undefined);
+      await proxy.close();
+    }
   });
 
   it('Lease expires at the attempt limit: failed, reason lease_expired, reservation released', async () => {
