@@ -115,7 +115,7 @@ export async function deviceWorkflow(input: DeviceInput): Promise<void> {
   setHandler(deviceStateQuery, () => view);
 
   /** Tells the pool that asked that the device is held (by `heldBy`), so it tries elsewhere. */
-  const refuse = (req: ReservationRequest, heldBy: { taskId: string; leaseId: string; expiresAt: number }): void => {
+  const refuse = (req: ReservationRequest, heldBy?: { taskId: string; leaseId: string; expiresAt: number }): void => {
     view.refusals++;
     send(
       getExternalWorkflowHandle(schedulerWorkflowId(req.pool)).signal(
@@ -136,11 +136,37 @@ export async function deviceWorkflow(input: DeviceInput): Promise<void> {
       release(view.current, 'hold_expired');
     }
     const cur = view.current;
-    if (cur?.leaseId === req.leaseId) return; // duplicate delivery
+    const heldByCur = cur ? { taskId: cur.taskId, leaseId: cur.leaseId, expiresAt: cur.expiresAt } : undefined;
+    // A lease id this device knows (held now, or had and let go) can come again for another task or
+    // attempt: a pool's round run again after its workflow task was lost (a worker crash, a
+    // timeout) decides anew with more input while `uuid4()` replays the same lease ids, and its
+    // local activity sends that to the device too. Dropped as a duplicate, that task would hear
+    // nothing while its pool believes it holds the device (and frees that hold at the first
+    // holder's release): stranded. Refused instead, so the pool puts it back in the queue. Runs
+    // recorded before this took it as a duplicate and replay so (the patch is asked only here).
+    const otherHolder = (r: Reservation): boolean =>
+      (r.taskId !== req.taskId ||
+        r.attempt !== req.attempt ||
+        (r.submittedAt !== undefined && req.submittedAt !== undefined && r.submittedAt !== req.submittedAt)) &&
+      patched('device-refuse-reused-lease-v1');
+    if (cur?.leaseId === req.leaseId) {
+      if (!otherHolder(cur)) return; // duplicate delivery
+      if (!view.refusedPools.includes(req.pool)) view.refusedPools.push(req.pool);
+      refuse(req, heldByCur);
+      return;
+    }
     // A lease this device has already had and let go: the same reservation sent again (a pool's
     // local activity run again after a worker crash, or a replay). Runs recorded before this check
     // took it, and replay so (the patch is asked only here).
-    if (view.recent.some((r) => r.leaseId === req.leaseId) && patched('device-reserve-once-v1')) return;
+    const had = view.recent.find((r) => r.leaseId === req.leaseId);
+    if (had && patched('device-reserve-once-v1')) {
+      if (otherHolder(had)) {
+        // See above. Free: no holder named, the pool just puts the task back.
+        if (cur && !view.refusedPools.includes(req.pool)) view.refusedPools.push(req.pool);
+        refuse(req, heldByCur);
+      }
+      return;
+    }
     if (view.retiring) {
       // A pool that has not heard yet that the host is gone: refused, as if held (it tries elsewhere).
       // Marked held for a minute, so the pool does not offer it again meanwhile; by then the host's

@@ -227,6 +227,17 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
    * a place until a device matched it). Runs recorded before this change put it back, and replay so.
    */
   const forgetsCancelled = patched('scheduler-dequeue-in-flight-v1');
+  /**
+   * A hold is ended or refused only by news of its own (task, lease): a lease id alone can name two
+   * holds, when a round run again (its workflow task lost after its local activity had sent the
+   * first decision) replays `uuid4()` and gives the same id to another task; the first holder's
+   * release must not free the second's hold (that task would be lost: neither held nor queued).
+   * Runs recorded before this change matched on the lease alone, and replay so.
+   */
+  const pairAware = patched('scheduler-hold-task-lease-v1');
+  /** This news (a release or a refusal) is about hold `h`. */
+  const isHold = (h: Held | undefined, taskId: string, leaseId: string): h is Held =>
+    h?.leaseId === leaseId && (!pairAware || h.taskId === taskId);
   const ended = new Map<string, string>(c?.ended ?? []);
   const noteEnded = (k: string, leaseId: string): void => {
     if (endedAware) ended.set(k, leaseId);
@@ -497,7 +508,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
 
   /** A hold of ours ended: the device is free in our view from now on. */
   const freed = (k: string, r: DeviceReleased): boolean => {
-    if (held.get(k)?.leaseId !== r.leaseId) return false;
+    if (!isHold(held.get(k), r.taskId, r.leaseId)) return false;
     if (hostLost(r)) suspectHost(r.hostId, r.detail ?? r.reason);
     held.delete(k);
     counters.releases++;
@@ -543,7 +554,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   onSignal(reservationRefusedSignal, (r) => {
     const k = deviceKey(r.hostId, r.deviceId);
     const h = held.get(k);
-    if (h?.leaseId !== r.request.leaseId) return;
+    if (!isHold(h, r.request.taskId, r.request.leaseId)) return;
     counters.refusals++;
     // Our view was stale: the device is held by someone else. Mark it so (unless that lease has
     // ended already: the refusal overtook the release), and put the task back in its place.
@@ -667,8 +678,9 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
           // No device workflow to hold the reservation: treat the device as offline until its host reports again.
           log.warn('reserve failed; device set offline until the next host update', { device: k, error: String(err) });
           const h = held.get(k);
-          const cancelled = h?.leaseId === leaseId && !!h.cancelled;
-          if (h?.leaseId === leaseId) held.delete(k);
+          const mine = isHold(h, task.taskId, leaseId);
+          const cancelled = mine && !!h.cancelled;
+          if (mine) held.delete(k);
           const d = devices.get(k);
           if (d) d.state = 'offline';
           if (!cancelled) {
