@@ -46,4 +46,9 @@ export const Reason = {
   UnknownPool: 'unknown_pool',
   /** No device was assigned within the policy's maxQueueWaitMs. */
   QueueTimeout: 'queue_timeout',
+  /**
+   * A retry could not be queued: the pool's scheduler was gone and the control plane could not
+   * start it again (or the one it started closed at once).
+   */
+  SchedulerUnavailable: 'scheduler_unavailable',
 } as const;

@@ -344,7 +344,27 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
         state.nextAttemptAt = Date.now() + delay;
         publish(state);
         if (delay > 0) await sleep(delay); // a timer is a billed action: none when nothing is left to wait
-        await enqueue(attemptNo + 1, false);
+        try {
+          await enqueue(attemptNo + 1, false);
+        } catch (err) {
+          // Not queued: the scheduler is gone and could not be started again. The task ends here as
+          // failed, through finish() like every other end (result, search attributes, strays
+          // released). Histories recorded before this change failed the workflow with the error.
+          if (isCancellation(err) || !patched('task-retry-enqueue-failed-v1')) throw err;
+          awaitingAttempt = 0;
+          if (assignment) {
+            stray.push(assignment);
+            assignment = undefined;
+          }
+          const cause = err instanceof ActivityFailure ? (err.cause ?? err) : err; // ensureScheduler's own error
+          return finish(state, {
+            status: 'failed',
+            reason: Reason.SchedulerUnavailable,
+            message:
+              `attempt ${attemptNo + 1} could not be queued: the scheduler of pool "${input.pool}" is unavailable ` +
+              `(${cause instanceof Error ? cause.message : String(cause)})`,
+          });
+        }
       }
     } catch (err) {
       if (!isCancellation(err)) throw err;
@@ -473,11 +493,17 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
   }
 
   async function releaseStray(): Promise<void> {
-    for (const a of stray.splice(0)) {
-      await releaseDevice(
-        { hostId: a.hostId, deviceId: a.deviceId, leaseId: a.leaseId } as AttemptRecord,
-        'not_needed',
-      );
+    for (;;) {
+      for (const a of stray.splice(0)) {
+        await releaseDevice(
+          { hostId: a.hostId, deviceId: a.deviceId, leaseId: a.leaseId } as AttemptRecord,
+          'not_needed',
+        );
+      }
+      // Each release is a workflow task of its own: an assignment that arrived meanwhile is released
+      // too, not left held until its hold deadline. Histories recorded before this change ended
+      // with it unreleased (the patch is asked only when one did arrive: no marker otherwise).
+      if (stray.length === 0 || !patched('task-release-stray-drain-v1')) return;
     }
   }
 }
