@@ -9,7 +9,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import { schedulerInput, type ControlPlaneConfig } from '../control-plane/config';
 import type { deviceWorkflow } from '../workflows/device';
 import { deviceWorkflowId, hostWorkflowId, schedulerWorkflowId } from '../workflows/ids';
-import { hostDevicesSignal, type HostDevicesUpdate } from '../workflows/messages';
+import { adoptDeviceSignal, hostDevicesSignal, type HostDevicesUpdate } from '../workflows/messages';
 import type { schedulerWorkflow } from '../workflows/scheduler';
 import type { DeviceSnapshot } from '../workflows/types';
 import type { HostPublicKeys } from '../workflows/identity';
@@ -20,7 +20,10 @@ export interface SyncHostRequest {
   drained: boolean;
   drainedDevices: string[];
   devices: Array<DeviceSnapshot & { pool: string }>;
-  /** Devices whose reservation workflows may not exist yet. */
+  /**
+   * Devices this host workflow has not seen before: their reservation workflows may not exist yet,
+   * or may still be retiring from the host's previous enrolment (they are adopted).
+   */
   newDevices: string[];
   /** Every pool to tell, including pools the host no longer has devices in (they get an empty list). */
   pools: string[];
@@ -88,13 +91,19 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
           `devices of host ${req.hostId} published by ${from ?? 'no workflow'}, not by ${hostWorkflowId(req.hostId)}`,
         );
       }
+      // Started, or, when one runs, told to serve this host: a device workflow of a host removed
+      // and enrolled again may still be retiring (a lease held it at the removal) and would end
+      // once free, leaving the device with no workflow to reserve it. Adopted, it keeps that lease
+      // until released or past its deadline, then takes reservations again. Signal-with-start: a
+      // run that ends meanwhile is replaced by a new one, never left unadopted.
       await Promise.all(
         req.newDevices.map((deviceId) =>
-          client.workflow.start<typeof deviceWorkflow>('deviceWorkflow', {
+          client.workflow.signalWithStart<typeof deviceWorkflow, [{ by: string; at: number }]>('deviceWorkflow', {
             workflowId: deviceWorkflowId(req.hostId, deviceId),
             taskQueue: config.controlTaskQueue,
             args: [{ hostId: req.hostId, deviceId, historyLimit: config.historyLimit }],
-            workflowIdConflictPolicy: 'USE_EXISTING',
+            signal: adoptDeviceSignal,
+            signalArgs: [{ by: req.hostId, at: Date.now() }],
             staticSummary: `reservations of device ${deviceId} on host ${req.hostId}`,
           }),
         ),

@@ -10,7 +10,7 @@ import { createHostCodec, SEALED_ENCODING } from '../control-plane/sealing';
 import { generateHostCredential, publicKeys, sign } from '../host-worker/identity';
 import { SignDomain } from '../workflows/identity';
 import { deviceWorkflowId, hostTaskQueue, hostWorkflowId, schedulerWorkflowId, taskWorkflowId } from '../workflows/ids';
-import { deviceReservationIntervals } from '../control-plane/audit';
+import { assertNoOverlappingReservations, deviceReservationIntervals } from '../control-plane/audit';
 import {
   assignmentSignal,
   dequeueTaskSignal,
@@ -445,6 +445,55 @@ describe('host identity: forged signals', () => {
     assert.equal((await device.query(deviceStateQuery)).retiring, undefined);
     const { taskId } = await f.fleet.submit({ goal: 'after [sim duration=50]' });
     assert.equal((await f.fleet.wait(taskId)).status, 'done');
+  });
+  it('A host removed while its device is held and enrolled again: the device serves the new enrolment once the old lease ends, never both at once', async function () {
+    this.timeout(120_000);
+    f = await startFleet('removal-held');
+    const hostId = f.hostId('R');
+    const first = await f.addHost('R', [{ deviceId: 'r1' }]);
+    const holder = await f.fleet.submit({ goal: 'holder [sim outcome=hang]' });
+    const lease = (await f.waitForStatus(holder.taskId, 'running')).current!.leaseId;
+    // Terminated: nothing releases the device before its hold deadline (an hour by default).
+    await f.client.workflow.getHandle(taskWorkflowId(holder.taskId)).terminate('test: gone without a release');
+    await first.stop();
+    const hostR = f.client.workflow.getHandle(hostWorkflowId(hostId));
+    const device = f.client.workflow.getHandle(deviceWorkflowId(hostId, 'r1'));
+    await eventually(async () => (!(await hostR.query(hostStateQuery)).online ? true : undefined), 'R offline');
+    await sendHostChange(f.client, hostId, retireHostSignal, { reason: 'test' });
+    await eventually(async () => ((await hostR.describe()).status.name === 'COMPLETED' ? true : undefined), 'ended');
+    // The host workflow is gone; its device workflow still runs, retiring, held by the old lease.
+    const retiring = await device.query(deviceStateQuery);
+    assert.deepEqual([retiring.retiring, retiring.current?.leaseId], [true, lease]);
+    const oldRetirement = ((await device.fetchHistory()).events ?? []).find(
+      (e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'retireDevice',
+    )!.workflowExecutionSignaledEventAttributes!.input;
+    // Enrolled anew: the new host workflow's first publish finds that device workflow still running.
+    await f.addHost('R', [{ deviceId: 'r1' }]);
+    await eventually(async () => ((await f!.scheduler()).devices.length === 1 ? true : undefined), 'R back');
+    const pinned = await f.fleet.submit({ goal: 'after [sim duration=50]', constraints: { hostId, deviceId: 'r1' } });
+    await sleep(2_000);
+    assert.equal((await f.fleet.get(pinned.taskId)).status, 'queued', 'the old lease is honoured');
+    assert.equal((await device.query(deviceStateQuery)).current?.leaseId, lease);
+    // Its holder lets go (or the pool's sweep expires it at its deadline): the device serves R again.
+    await device.signal(releaseDeviceSignal, { leaseId: lease, reason: 'done' });
+    const done = await f.fleet.wait(pinned.taskId, { timeoutMs: 30_000 });
+    assert.equal(done.status, 'done');
+    assert.equal(done.attempts[0].deviceId, 'r1');
+    assert.equal((await device.describe()).status.name, 'RUNNING');
+    const after = await device.query(deviceStateQuery);
+    assert.deepEqual([after.retiring, after.current], [undefined, undefined]);
+    await assertNoOverlappingReservations(f.client, [{ hostId, deviceId: 'r1' }]);
+    // The old removal's retirement, sent again, does not retire the adopted device.
+    await stranger().workflowService.signalWorkflowExecution({
+      namespace: testEnv().namespace ?? 'default',
+      workflowExecution: { workflowId: deviceWorkflowId(hostId, 'r1') },
+      signalName: 'retireDevice',
+      input: oldRetirement,
+    });
+    await sleep(500);
+    assert.equal((await device.query(deviceStateQuery)).retiring, undefined);
+    const again = await f.fleet.submit({ goal: 'again [sim duration=50]', constraints: { hostId, deviceId: 'r1' } });
+    assert.equal((await f.fleet.wait(again.taskId, { timeoutMs: 30_000 })).status, 'done');
   });
 });
 

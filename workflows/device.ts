@@ -26,6 +26,7 @@ import { InFlight, shouldContinueAsNew } from './continue-as-new';
 import { schedulerWorkflowId, taskWorkflowId } from './ids';
 import { asSignal, onSignal } from './authenticity';
 import {
+  adoptDeviceSignal,
   assignmentSignal,
   deviceReleasedSignal,
   deviceStateQuery,
@@ -59,7 +60,7 @@ export async function deviceWorkflow(input: DeviceInput): Promise<void> {
     refusals: input.carried?.refusals ?? 0,
     runs: (input.carried?.runs ?? 0) + 1,
     refusedPools: input.carried?.refusedPools ?? [],
-    ...(input.carried?.retiring ? { retiring: true } : {}),
+    ...(input.carried?.retiring ? { retiring: true, retiredAt: input.carried.retiredAt } : {}),
     // When this chain began (0: it began before this was kept, and takes any retirement).
     begunAt: input.carried ? (input.carried.begunAt ?? 0) : workflowInfo().runStartTime.getTime(),
   };
@@ -243,6 +244,25 @@ export async function deviceWorkflow(input: DeviceInput): Promise<void> {
     }
     if (!view.retiring) log.info('host removed: this device ends once free', { hostId, deviceId });
     view.retiring = true;
+    view.retiredAt = Math.max(view.retiredAt ?? 0, note?.at ?? Date.now());
+  });
+
+  // The host was enrolled anew while this device was still retiring (a lease held it at the
+  // removal): serve the new enrolment instead of ending. The lease held is kept (new reservations
+  // are refused until it is released or past its deadline); the wait below then ends with it and
+  // the run continues as new. Runs recorded by a build without this ignored it, and replay so.
+  onSignal(adoptDeviceSignal, ({ at }) => {
+    if (!view.retiring) return;
+    if (!(typeof at === 'number' && at > (view.retiredAt ?? 0))) {
+      log.warn('ignored an adoption not newer than the retirement (sent again?)', { hostId, deviceId, at });
+      return;
+    }
+    if (!patched('device-adopt-v1')) return;
+    log.info('host enrolled anew: this device serves it (no longer retiring)', { hostId, deviceId });
+    delete view.retiring;
+    delete view.retiredAt;
+    // Retirements from before this (the removed enrolment's, sent again) are ignored from here on.
+    view.begunAt = Date.now();
   });
 
   describe();

@@ -152,6 +152,8 @@ export interface DeviceView {
   refusedPools: string[];
   /** Its host was removed: no new holder, and the workflow ends once the device is free. */
   retiring?: boolean;
+  /** The time the retirement it took names (its host workflow's clock): an adoption must be newer. */
+  retiredAt?: number;
   /** When this workflow's chain began (its first run's clock); 0 or absent: before this was kept. */
   begunAt?: number;
 }
@@ -215,7 +217,7 @@ export const hostStateQuery = defineQuery<HostView>('hostState');
 /**
  * Operator -> host workflow: remove the host (decommissioned). Its devices leave every pool, each
  * device workflow ends once nobody holds it, and the host workflow ends; enrolling the host id
- * again starts afresh.
+ * again starts afresh (a device workflow still retiring then is adopted: adoptDeviceSignal).
  */
 export const retireHostSignal = defineSignal<[{ reason?: string } & HostAdminRef]>('retireHost');
 /**
@@ -224,3 +226,11 @@ export const retireHostSignal = defineSignal<[{ reason?: string } & HostAdminRef
  * ignores it.
  */
 export const retireDeviceSignal = defineSignal<[{ by?: string; at?: number }?]>('retireDevice');
+/**
+ * Control plane -> device, from the publish of a host workflow (syncHost) that sees this device
+ * for the first time: the host was enrolled anew. A device workflow still retiring (its old host
+ * was removed while a lease held it) stops retiring and serves the new enrolment: the lease it
+ * holds is kept until released or past its deadline, and only then does it take another. `at`: the
+ * control plane's clock; one not newer than the retirement (a payload sent again) changes nothing.
+ */
+export const adoptDeviceSignal = defineSignal<[{ by: string; at: number }]>('adoptDevice');
