@@ -488,6 +488,8 @@ describe('real drivers and runners through the whole system', () => {
             command: [process.execPath, '-e', 'process.exit(require("fs").existsSync(process.argv[1]) ? 1 : 0)', flag],
           },
         },
+        // The local driver has no default runner; this test is about the driver's health check.
+        runner: { type: 'sim' },
       },
     });
     const dev = await eventually(async () => (await f!.scheduler()).devices[0], 'local device in the pool');

@@ -111,6 +111,30 @@ describe('host driver and runner configuration', () => {
         },
       );
     });
+    it('a real driver (adb, local) without a runner is refused, saying how to fix it; the sim driver defaults to the sim runner', () => {
+      assert.equal(HostConfigSchema.parse(host).runner, undefined, 'sim driver: the sim runner by default');
+      for (const driver of [{ type: 'adb' }, { type: 'local' }]) {
+        const r = HostConfigSchema.safeParse({ ...host, driver });
+        assert.equal(r.success, false, driver.type);
+        const text = issues(r);
+        assert.match(text, new RegExp(`^runner: the ${driver.type} driver needs a runner`), text);
+        assert.match(text, /Configure one/);
+        assert.ok(text.includes('"runner": {"type": "sim"}'), text);
+        // Simulating on purpose, or a real runner, is fine.
+        assert.equal(HostConfigSchema.safeParse({ ...host, driver, runner: { type: 'sim' } }).success, true);
+        assert.equal(
+          HostConfigSchema.safeParse({
+            ...host,
+            driver,
+            runner: { type: 'command', command: ['/bin/true'], goalAs: 'argument' },
+          }).success,
+          true,
+        );
+      }
+      const path = join(tmp.make(), 'host.json');
+      writeFileSync(path, JSON.stringify({ ...host, driver: { type: 'adb' } }));
+      assert.throws(() => loadHostConfig(path, { checkCommands: false }), /runner: the adb driver needs a runner/);
+    });
     it('shutdownGraceMs: 5000 by default, a non-negative whole number of ms up to a day', () => {
       assert.equal(HostConfigSchema.parse(host).shutdownGraceMs, 5_000);
       assert.equal(HostConfigSchema.parse({ ...host, shutdownGraceMs: 600_000 }).shutdownGraceMs, 600_000);
@@ -242,6 +266,8 @@ describe('host driver and runner configuration', () => {
       }
     };
     const command = (over: object) => ({ runner: { type: 'command', goalAs: 'argument', command: [node], ...over } });
+    /** A real driver needs a runner configured: these checks are about the driver's own commands. */
+    const simRunner = { runner: { type: 'sim' } };
 
     it('refuses a command runner whose command[0] cannot start, naming the runner, the field and the value', () => {
       const dir = tmp.make();
@@ -311,22 +337,28 @@ describe('host driver and runner configuration', () => {
         'loaded',
       );
       assert.ok(
-        load({ driver: { type: 'local', healthCheck: { command: ['/nonexistent/check'] } } }).includes(
+        load({ driver: { type: 'local', healthCheck: { command: ['/nonexistent/check'] } }, ...simRunner }).includes(
           'local driver health check: driver.healthCheck.command[0] "/nonexistent/check" does not exist',
         ),
       );
-      assert.equal(load({ driver: { type: 'local', healthCheck: { command: [node, '-e', '0'] } } }), 'loaded');
+      assert.equal(
+        load({ driver: { type: 'local', healthCheck: { command: [node, '-e', '0'] } }, ...simRunner }),
+        'loaded',
+      );
       assert.ok(
-        load({ driver: { type: 'adb', adbPath: '/nonexistent/adb' } }).includes(
+        load({ driver: { type: 'adb', adbPath: '/nonexistent/adb' }, ...simRunner }).includes(
           'adb driver: driver.adbPath "/nonexistent/adb" does not exist',
         ),
       );
       assert.ok(
-        load({ driver: { type: 'adb' } }, { PATH: '/nonexistent' }).includes(
+        load({ driver: { type: 'adb' }, ...simRunner }, { PATH: '/nonexistent' }).includes(
           'adb driver: driver.adbPath "adb" is not found on PATH',
         ),
       );
-      assert.equal(load({ driver: { type: 'adb', adbPath: resolve(__dirname, '../fixtures/fake-adb') } }), 'loaded');
+      assert.equal(
+        load({ driver: { type: 'adb', adbPath: resolve(__dirname, '../fixtures/fake-adb') }, ...simRunner }),
+        'loaded',
+      );
     });
 
     it('looks executables up like spawn: a path from the cwd, a bare name in PATH (empty entries: the cwd)', () => {
