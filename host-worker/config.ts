@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { z } from 'zod';
 import { DEFAULT_POOL, ID_RULE, isValidId } from '../workflows/ids';
-import { DefinitionsConfigSchema, DriverConfigSchema, RunnerConfigSchema } from './config-schemas';
+import { DefinitionsConfigSchema, DriverConfigSchema, RunnerConfigSchema, timerMs } from './config-schemas';
 import { hostConfigCommandProblems } from './preflight';
 
 const id = z.string().refine(isValidId, { message: ID_RULE });
@@ -43,12 +43,12 @@ export const HostConfigSchema = z
      * change). Liveness does not depend on it (the session's heartbeats carry that); keep it well
      * under the control plane's `snapshotTimeoutMs` (default 180 s).
      */
-    snapshotIntervalMs: z.number().int().positive().default(60_000),
+    snapshotIntervalMs: timerMs().positive().default(60_000),
     /** How often the driver discovers devices; a change goes out in a snapshot at once. */
-    discoveryIntervalMs: z.number().int().positive().default(10_000),
-    progressIntervalMs: z.number().int().positive().default(5_000),
+    discoveryIntervalMs: timerMs().positive().default(10_000),
+    progressIntervalMs: timerMs().positive().default(5_000),
     /** A run shorter than this sends no status report: its signed result says it all (one update less). */
-    reportDelayMs: z.number().int().nonnegative().default(1_000),
+    reportDelayMs: timerMs().nonnegative().default(1_000),
     driver: DriverConfigSchema,
     /**
      * Default (sim driver only): the simulated runner, with the sim driver's duration/outcome. A real
