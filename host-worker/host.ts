@@ -53,6 +53,13 @@ export interface HostOptions {
   snapshotIntervalMs?: number;
   /** How often the driver discovers devices (default 10 s, at most snapshotIntervalMs); a change is sent at once. */
   discoveryIntervalMs?: number;
+  /**
+   * After this many discoveries in a row fail (default 3, DEFAULT_DISCOVERY_FAILURES_BEFORE_UNHEALTHY),
+   * the host no longer vouches for the devices it last saw: each one that was `good` is reported
+   * (and treated here) as `unhealthy`, so the pool stops assigning them and an assignment that
+   * still arrives is refused as `device_unavailable`. The next discovery that works replaces them.
+   */
+  discoveryFailuresBeforeUnhealthy?: number;
   progressIntervalMs?: number;
   /** See HostActivityDeps.reportDelayMs (default 1 s). */
   reportDelayMs?: number;
@@ -105,6 +112,16 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
   const snapshotProblems = new ProblemLog(log, 'snapshots', 'snapshots are accepted again');
   const discoveryProblems = new ProblemLog(log, 'device discovery', 'device discovery works again');
   const discoveryIntervalMs = Math.min(opts.discoveryIntervalMs ?? 10_000, snapshotIntervalMs);
+  const discoveryFailuresBeforeUnhealthy =
+    opts.discoveryFailuresBeforeUnhealthy ?? DEFAULT_DISCOVERY_FAILURES_BEFORE_UNHEALTHY;
+  if (!Number.isInteger(discoveryFailuresBeforeUnhealthy) || discoveryFailuresBeforeUnhealthy < 1) {
+    throw new Error(
+      `discoveryFailuresBeforeUnhealthy must be a whole number >= 1, got ${discoveryFailuresBeforeUnhealthy}`,
+    );
+  }
+  /** Discoveries failed in a row, and whether the devices are reported unhealthy because of them. */
+  let discoveryFailures = 0;
+  let unvouched = false;
   const bootId = randomUUID();
   const client = new Client({ connection: opts.clientConnection, namespace });
   const discover = async () => (opts.driver ? await opts.driver.discover() : (opts.devices ?? []));
@@ -258,17 +275,24 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
       if (opts.driver) {
         try {
           devices = new Map((await discover()).map((d) => [d.deviceId, d]));
+          discoveryFailures = 0;
+          if (unvouched) {
+            unvouched = false;
+            log('device discovery works again: its devices are reported as found', { devices: devices.size }, 'warn');
+          }
+          discoveryProblems.ok();
         } catch (err) {
           const error = describeError(err);
+          discoveryFailures++;
           discoveryProblems.failed({
             key: error,
             level: 'warn',
             message: 'device discovery failed; will retry',
             fields: { error },
           });
-          return;
+          // Until that many in a row, the last list stands (a periodic snapshot still goes when due).
+          if (discoveryFailures >= discoveryFailuresBeforeUnhealthy) markUnvouched(error);
         }
-        discoveryProblems.ok();
       }
       const due = Date.now() - lastSentAt >= snapshotIntervalMs - discoveryIntervalMs / 2;
       if (due || JSON.stringify(assignmentDevices(snapshot().devices)) !== lastSentKey) await sendSnapshot();
@@ -278,6 +302,27 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
         inFlight = false;
         if (again) tick();
       });
+  };
+  const markUnvouched = (error: string): void => {
+    // The host can no longer see its devices, so it cannot vouch for them: left as they were,
+    // the pool would go on assigning them and each runner would fail, costing its task an
+    // attempt. Unhealthy, they are out of rotation (refused here as device_unavailable, a
+    // dispatch failure, if an assignment still arrives) until a discovery works again.
+    const stillGood = [...devices.values()].filter((d) => d.health === 'good');
+    if (stillGood.length) {
+      devices = new Map(
+        [...devices].map(([id, d]) => [id, d.health === 'good' ? { ...d, health: 'unhealthy' as const } : d]),
+      );
+    }
+    if (!unvouched) {
+      unvouched = true;
+      log(
+        'device discovery keeps failing: its devices are reported unhealthy until it works again',
+        { failures: discoveryFailures, devices: stillGood.map((d) => d.deviceId), error },
+        'error',
+      );
+    }
+    // The tick's snapshot sends the change at once.
   };
   const loop = setInterval(tick, discoveryIntervalMs);
   kick = tick;
@@ -367,6 +412,9 @@ export async function reconcileJournal(
   }
   return reported;
 }
+
+/** Default HostOptions.discoveryFailuresBeforeUnhealthy: about 30 s at the default discovery interval. */
+export const DEFAULT_DISCOVERY_FAILURES_BEFORE_UNHEALTHY = 3;
 
 /** Default HostOptions.takeoverWaitMs. */
 export const DEFAULT_TAKEOVER_WAIT_MS = 15_000;
