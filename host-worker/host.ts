@@ -21,11 +21,11 @@ import {
 import { createHostActivities } from './activities';
 import { createHostSessionActivities } from './session';
 import { sign, type HostCredential } from './identity';
-import { terminateProcessGroup } from './command-runner';
+import { groupAlive, terminateProcessGroup } from './process-group';
 import { describeError } from '../control-plane/log';
 import { DeviceClaims } from './claims';
 import type { DeviceDriver } from './drivers';
-import { stillSameProcess, type Journal } from './journal';
+import { stillSameProcess, type Journal, type JournalEntry } from './journal';
 import { DEFAULT_SHUTDOWN_GRACE_MS } from './config';
 import { ProblemLog, snapshotProblem, type HostLog } from './logging';
 import { capabilityTags, type Runners } from './runners';
@@ -47,6 +47,11 @@ export interface HostOptions {
   driver?: DeviceDriver;
   /** Persisted active assignments; on start, whatever the last process left is reported failed at once. */
   journal?: Journal;
+  /**
+   * SIGTERM -> SIGKILL grace for a runner the previous process left behind (the command runner's
+   * `killGraceMs`); default 2 s.
+   */
+  runnerKillGraceMs?: number;
   runners?: Runners;
   definitions?: Map<string, WorkflowStep[]>;
   /** The complete signed snapshot goes at least this often (default 60 s), and at once on a change. */
@@ -127,7 +132,37 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
   const discover = async () => (opts.driver ? await opts.driver.discover() : (opts.devices ?? []));
   let devices = new Map((await discover()).map((d) => [d.deviceId, d]));
 
-  if (opts.journal) await reconcileJournal(opts.journal, opts.credential, client, log);
+  /**
+   * Devices whose runner, left by the previous process, survived SIGKILL (by device id): reported
+   * offline, and refused, until its process group is gone; its journal entry stays until then.
+   */
+  const leftovers = new Map<string, JournalEntry>();
+  if (opts.journal) {
+    await reconcileJournal(opts.journal, opts.credential, client, log, {
+      killGraceMs: opts.runnerKillGraceMs,
+      onSurvived: (e) => leftovers.set(e.deviceId, e),
+    });
+  }
+  /** The devices as this host vouches for them: a device with a leftover runner is offline. */
+  const current = (): Map<string, DeviceSnapshot> =>
+    leftovers.size === 0
+      ? devices
+      : new Map([...devices].map(([id, d]) => [id, leftovers.has(id) ? { ...d, state: 'offline' as const } : d]));
+  /** A leftover runner whose group has gone since: its device is back, its journal entry removed. */
+  const checkLeftovers = async (): Promise<void> => {
+    for (const [deviceId, e] of leftovers) {
+      if (e.pid && groupAlive(e.pid)) continue;
+      leftovers.delete(deviceId);
+      await opts.journal
+        ?.remove(e.taskId, e.attempt)
+        .catch((err) => log('journal remove failed', { error: String(err) }, 'error'));
+      log(
+        'the runner left by the previous process has ended: the device is back in rotation',
+        { deviceId, pid: e.pid },
+        'warn',
+      );
+    }
+  };
   /**
    * Devices with a runner on them. A runner that will not stop keeps its device out of the pool
    * (reported offline) until it does, so the pool does not offer it again and again, each offer
@@ -182,7 +217,7 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
         credential: opts.credential,
         client,
         runners,
-        devices: () => devices,
+        devices: current,
         progressIntervalMs: opts.progressIntervalMs ?? 5_000,
         reportDelayMs: opts.reportDelayMs,
         takeoverWaitMs: opts.takeoverWaitMs ?? DEFAULT_TAKEOVER_WAIT_MS,
@@ -209,7 +244,7 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
     seq: ++seq,
     bootId,
     sentAt: Date.now(),
-    devices: [...devices.values()].map((d) => ({
+    devices: [...current().values()].map((d) => ({
       ...d,
       tags: capabilities.length ? [...new Set([...d.tags, ...capabilities])] : d.tags,
       state: d.state === 'offline' || claims.stuck(d.deviceId) ? 'offline' : claims.has(d.deviceId) ? 'busy' : d.state,
@@ -272,6 +307,7 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
     again = false;
     inFlight = true;
     (async () => {
+      if (leftovers.size) await checkLeftovers();
       if (opts.driver) {
         try {
           devices = new Map((await discover()).map((d) => [d.deviceId, d]));
@@ -368,12 +404,33 @@ export async function reconcileJournal(
   credential: HostCredential,
   client: Client,
   log?: HostLog,
+  opts: {
+    /** SIGTERM -> SIGKILL grace for a leftover runner's group (the command runner's killGraceMs); default 2 s. */
+    killGraceMs?: number;
+    /**
+     * A leftover runner's group survived SIGKILL: its journal entry is kept (not reported cleaned)
+     * and the caller keeps its device out of rotation until the group is gone. Without it, the entry
+     * is kept and only logged.
+     */
+    onSurvived?(entry: JournalEntry): void;
+  } = {},
 ): Promise<number> {
   let reported = 0;
   for (const e of journal.entries()) {
+    let survived = false;
     // Only the runner it recorded: after a reboot, or once the pid is reused, it is someone else's.
-    if (e.pid && stillSameProcess(e)) await terminateProcessGroup(e.pid, 2_000).catch(() => undefined);
-    else if (e.pid)
+    if (e.pid && stillSameProcess(e)) {
+      const gone = await terminateProcessGroup(e.pid, opts.killGraceMs ?? 2_000).catch(() => false);
+      if (!gone) {
+        survived = true;
+        log?.(
+          'a runner left by the previous process survived SIGKILL: its device stays out of rotation while its process group lives',
+          { pid: e.pid, taskId: e.taskId, attempt: e.attempt, deviceId: e.deviceId },
+          'error',
+        );
+        opts.onSurvived?.(e);
+      }
+    } else if (e.pid)
       log?.('a runner recorded in the journal is gone (its pid is not that process now): not signalled', {
         pid: e.pid,
         taskId: e.taskId,
@@ -408,7 +465,8 @@ export async function reconcileJournal(
         log?.('interrupted attempt already closed', { taskId: e.taskId, attempt: e.attempt, error: String(err) });
       }
     }
-    await journal.remove(e.taskId, e.attempt);
+    // A runner still there keeps its entry: the next start (or its device's recovery) deals with it.
+    if (!survived) await journal.remove(e.taskId, e.attempt);
   }
   return reported;
 }

@@ -82,6 +82,7 @@ async function main(): Promise<void> {
     clientConnection: client.connection,
     driver: createDriver(config.driver),
     journal,
+    runnerKillGraceMs: config.runner?.type === 'command' ? config.runner.killGraceMs : undefined,
     runners,
     definitions: new Map(Object.entries(config.definitions)),
     snapshotIntervalMs: config.snapshotIntervalMs,
