@@ -134,7 +134,7 @@ export const TaskPolicyOverrideSchema = z.strictObject({
 const StepSchema = z.object({
   name: z.string().min(1).max(200),
   command: z.array(z.string()).min(1),
-  timeoutMs: z.number().int().positive().optional(),
+  timeoutMs: z.number().int().positive().max(2_147_483_647, 'at most 2147483647 ms (2^31 - 1)').optional(),
 });
 
 export const SubmitRequestSchema = z

@@ -34,10 +34,11 @@
  *     agent checks the configured executables and cwd at start-up: host-worker/preflight.ts.)
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { statSync } from 'node:fs';
 import { StringDecoder } from 'node:string_decoder';
 import type { WorkflowStep } from '../workflows/types';
 import { childProcessEnv } from './drivers/util';
+import { groupAlive, terminateProcessGroup } from './process-group';
 import type { GoalRunner, RunContext, RunResult } from './runners';
 
 export interface ExitCodes {
@@ -375,65 +376,9 @@ function lastLine(text: string): string {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Process groups.
+// Process groups: host-worker/process-group.ts (the drivers' commands use them too).
 
-/**
- * SIGTERM to the group `pgid`, SIGKILL after `graceMs` if any member is left; resolves true once
- * the group is gone (false if members survived SIGKILL for 5 s, e.g. not ours to kill). Also for
- * groups left behind by a previous host process (their pid from the journal).
- */
-export async function terminateProcessGroup(pgid: number, graceMs: number): Promise<boolean> {
-  if (!signalGroup(pgid, 'SIGTERM')) return true;
-  if (await waitGroupGone(pgid, graceMs)) return true;
-  if (!signalGroup(pgid, 'SIGKILL')) return true;
-  return waitGroupGone(pgid, 5_000);
-}
-
-/** False when no process is in the group (ESRCH). */
-function signalGroup(pgid: number, signal: NodeJS.Signals | 0): boolean {
-  try {
-    process.kill(-pgid, signal);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code !== 'ESRCH';
-  }
-}
-
-/**
- * Is any live (non-zombie) process left in the group? kill(-pgid, 0) alone also counts zombies,
- * which an init that does not reap (common in containers) keeps forever; on Linux /proc tells.
- */
-export function groupAlive(pgid: number): boolean {
-  if (!signalGroup(pgid, 0)) return false;
-  if (process.platform !== 'linux') return true;
-  let pids: string[];
-  try {
-    pids = readdirSync('/proc').filter((n) => /^\d+$/.test(n));
-  } catch {
-    return true;
-  }
-  for (const p of pids) {
-    let stat: string;
-    try {
-      stat = readFileSync(`/proc/${p}/stat`, 'utf8');
-    } catch {
-      continue; // exited meanwhile
-    }
-    // pid (comm) state ppid pgrp ...; comm may contain spaces and parentheses.
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    if (Number(fields[2]) === pgid && fields[0] !== 'Z' && fields[0] !== 'X') return true;
-  }
-  return false;
-}
-
-async function waitGroupGone(pgid: number, ms: number): Promise<boolean> {
-  const deadline = Date.now() + ms;
-  while (groupAlive(pgid)) {
-    if (Date.now() >= deadline) return false;
-    await delay(Math.min(25, Math.max(1, deadline - Date.now())));
-  }
-  return true;
-}
+export { groupAlive, terminateProcessGroup } from './process-group';
 
 function delay(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));

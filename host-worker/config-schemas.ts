@@ -11,6 +11,25 @@ const tag = z.string().min(1);
 const argv = z.array(z.string()).min(1);
 const exitCode = z.number().int().min(0).max(255);
 
+/**
+ * The longest delay Node's timers take (2^31 - 1 ms, about 24.8 days): setTimeout, and execFile's
+ * `timeout`, turn anything longer into about 1 ms, so a larger setting would fire at once.
+ */
+export const MAX_TIMER_MS = 2_147_483_647;
+
+/**
+ * Whole milliseconds that a Node timer will wait: at most MAX_TIMER_MS. Chain `.positive()` or
+ * `.nonnegative()` as the field needs. Every host setting that becomes a timer is one of these.
+ */
+export function timerMs() {
+  return z
+    .number()
+    .int()
+    .max(MAX_TIMER_MS, {
+      message: `at most ${MAX_TIMER_MS} ms (2^31 - 1, about 24.8 days): Node fires a longer timer at once`,
+    });
+}
+
 // Drivers -------------------------------------------------------------------------------------
 
 /** One simulated device (the same fields as the sim driver's devices in host-worker/config.ts). */
@@ -28,7 +47,7 @@ export const SimDriverConfigSchema = z.strictObject({
   type: z.literal('sim'),
   devices: z.array(SimDeviceConfigSchema).default([]),
   /** Kept here for existing host.json files; the sim runner reads them when its own are absent. */
-  defaultDurationMs: z.number().int().nonnegative().default(1_000),
+  defaultDurationMs: timerMs().nonnegative().default(1_000),
   defaultOutcome: z.enum(['done', 'fail', 'fail-retryable', 'hang']).default('done'),
 });
 export type SimDriverConfig = z.infer<typeof SimDriverConfigSchema>;
@@ -37,8 +56,8 @@ export const AdbDriverConfigSchema = z.strictObject({
   type: z.literal('adb'),
   adbPath: z.string().min(1).default('adb'),
   driverType: z.string().min(1).default('android'),
-  listTimeoutMs: z.number().int().positive().default(10_000),
-  healthTimeoutMs: z.number().int().positive().default(5_000),
+  listTimeoutMs: timerMs().positive().default(10_000),
+  healthTimeoutMs: timerMs().positive().default(5_000),
   healthConcurrency: z.number().int().positive().default(8),
   /** Only these serials are reported (all when absent). */
   allowSerials: z.array(z.string().min(1)).optional(),
@@ -58,7 +77,7 @@ export const LocalDriverConfigSchema = z.strictObject({
   healthCheck: z
     .strictObject({
       command: argv,
-      timeoutMs: z.number().int().positive().default(10_000),
+      timeoutMs: timerMs().positive().default(10_000),
     })
     .optional(),
 });
@@ -76,7 +95,7 @@ export type DriverConfigInput = z.input<typeof DriverConfigSchema>;
 
 export const SimRunnerConfigSchema = z.strictObject({
   type: z.literal('sim'),
-  defaultDurationMs: z.number().int().nonnegative().optional(),
+  defaultDurationMs: timerMs().nonnegative().optional(),
   defaultOutcome: z.enum(['done', 'fail', 'fail-retryable', 'hang']).optional(),
   progressSteps: z.number().int().positive().optional(),
 });
@@ -104,7 +123,7 @@ export const CommandRunnerConfigSchema = z
       .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'a valid environment variable name')
       .optional(),
     exitCodes: ExitCodesSchema.default({ done: [0], retryable: [] }),
-    killGraceMs: z.number().int().nonnegative().default(5_000),
+    killGraceMs: timerMs().nonnegative().default(5_000),
     cwd: z.string().min(1).optional(),
     env: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/), z.string()).default({}),
     /**
@@ -115,7 +134,7 @@ export const CommandRunnerConfigSchema = z
     passEnv: z.array(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/)).default([]),
     maxProgressLinesPerSecond: z.number().int().positive().default(20),
     /** Workflow-definition steps without their own timeoutMs. */
-    defaultStepTimeoutMs: z.number().int().positive().optional(),
+    defaultStepTimeoutMs: timerMs().positive().optional(),
     /**
      * Run steps a task brings inline (`definition: { name, steps }`)? They are argv chosen by whoever
      * submits the task, so by default only this host's configured definitions run.
@@ -135,7 +154,7 @@ export type RunnerConfigInput = z.input<typeof RunnerConfigSchema>;
 export const WorkflowStepConfigSchema = z.strictObject({
   name: z.string().min(1),
   command: argv,
-  timeoutMs: z.number().int().positive().optional(),
+  timeoutMs: timerMs().positive().optional(),
 });
 export const DefinitionsConfigSchema = z.record(id, z.array(WorkflowStepConfigSchema).min(1));
 export type DefinitionsConfig = z.infer<typeof DefinitionsConfigSchema>;

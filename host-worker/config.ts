@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { z } from 'zod';
 import { DEFAULT_POOL, ID_RULE, isValidId } from '../workflows/ids';
-import { DefinitionsConfigSchema, DriverConfigSchema, RunnerConfigSchema } from './config-schemas';
+import { DefinitionsConfigSchema, DriverConfigSchema, RunnerConfigSchema, timerMs } from './config-schemas';
 import { hostConfigCommandProblems } from './preflight';
 
 const id = z.string().refine(isValidId, { message: ID_RULE });
@@ -17,36 +17,58 @@ export const MAX_SHUTDOWN_GRACE_MS = 24 * 60 * 60_000;
  */
 export const CONTROL_PLANE_SNAPSHOT_TIMEOUT_MS = 180_000;
 
+/**
+ * Why a config without a `runner` is refused: only the sim driver's devices may default to the
+ * simulated runner. A real driver (adb, local) with it would report every task `done` without
+ * running anything on its devices.
+ */
+export function missingRunnerProblem(c: { driver: { type: string }; runner?: unknown }): string | undefined {
+  if (c.runner !== undefined || c.driver.type === 'sim') return undefined;
+  return (
+    `the ${c.driver.type} driver needs a runner: without one every task would run in the simulator and report done ` +
+    `without running anything on the device. Configure one (e.g. "runner": {"type": "command", "command": [...], "goalAs": "argument"}), ` +
+    `or set "runner": {"type": "sim"} to simulate on purpose`
+  );
+}
+
 /** Strict, like the driver and runner objects: a misspelt key is an error, not a silently ignored setting. */
-export const HostConfigSchema = z.strictObject({
-  hostId: id,
-  /** The credential file issued by `npm run hosts:add` (private keys; keep it 0600). Relative to this file. */
-  credentialFile: z.string().min(1),
-  pool: id.default(DEFAULT_POOL),
-  /**
-   * The complete signed snapshot is sent at least this often (and at once when a discovery finds a
-   * change). Liveness does not depend on it (the session's heartbeats carry that); keep it well
-   * under the control plane's `snapshotTimeoutMs` (default 180 s).
-   */
-  snapshotIntervalMs: z.number().int().positive().default(60_000),
-  /** How often the driver discovers devices; a change goes out in a snapshot at once. */
-  discoveryIntervalMs: z.number().int().positive().default(10_000),
-  progressIntervalMs: z.number().int().positive().default(5_000),
-  /** A run shorter than this sends no status report: its signed result says it all (one update less). */
-  reportDelayMs: z.number().int().nonnegative().default(1_000),
-  driver: DriverConfigSchema,
-  /** Default: the simulated runner (with the sim driver's duration/outcome). */
-  runner: RunnerConfigSchema.optional(),
-  /** Workflow definitions this host can run by name. */
-  definitions: DefinitionsConfigSchema.default({}),
-  /** Active assignments journal (0600). Relative to this file; default `<hostId>.journal.json` beside it. */
-  journalFile: z.string().min(1).optional(),
-  /**
-   * On a clean stop (SIGINT/SIGTERM), how long running assignments may go on to finish before they
-   * are cancelled (each cancelled one costs its task an attempt). At most a day.
-   */
-  shutdownGraceMs: z.number().int().nonnegative().max(MAX_SHUTDOWN_GRACE_MS).default(DEFAULT_SHUTDOWN_GRACE_MS),
-});
+export const HostConfigSchema = z
+  .strictObject({
+    hostId: id,
+    /** The credential file issued by `npm run hosts:add` (private keys; keep it 0600). Relative to this file. */
+    credentialFile: z.string().min(1),
+    pool: id.default(DEFAULT_POOL),
+    /**
+     * The complete signed snapshot is sent at least this often (and at once when a discovery finds a
+     * change). Liveness does not depend on it (the session's heartbeats carry that); keep it well
+     * under the control plane's `snapshotTimeoutMs` (default 180 s).
+     */
+    snapshotIntervalMs: timerMs().positive().default(60_000),
+    /** How often the driver discovers devices; a change goes out in a snapshot at once. */
+    discoveryIntervalMs: timerMs().positive().default(10_000),
+    progressIntervalMs: timerMs().positive().default(5_000),
+    /** A run shorter than this sends no status report: its signed result says it all (one update less). */
+    reportDelayMs: timerMs().nonnegative().default(1_000),
+    driver: DriverConfigSchema,
+    /**
+     * Default (sim driver only): the simulated runner, with the sim driver's duration/outcome. A real
+     * driver needs one configured (see `missingRunnerProblem`).
+     */
+    runner: RunnerConfigSchema.optional(),
+    /** Workflow definitions this host can run by name. */
+    definitions: DefinitionsConfigSchema.default({}),
+    /** Active assignments journal (0600). Relative to this file; default `<hostId>.journal.json` beside it. */
+    journalFile: z.string().min(1).optional(),
+    /**
+     * On a clean stop (SIGINT/SIGTERM), how long running assignments may go on to finish before they
+     * are cancelled (each cancelled one costs its task an attempt). At most a day.
+     */
+    shutdownGraceMs: z.number().int().nonnegative().max(MAX_SHUTDOWN_GRACE_MS).default(DEFAULT_SHUTDOWN_GRACE_MS),
+  })
+  .superRefine((c, ctx) => {
+    const problem = missingRunnerProblem(c);
+    if (problem) ctx.addIssue({ code: 'custom', path: ['runner'], message: problem });
+  });
 export type HostConfig = z.infer<typeof HostConfigSchema>;
 export type HostConfigInput = z.input<typeof HostConfigSchema>;
 

@@ -21,12 +21,12 @@ import {
 import { createHostActivities } from './activities';
 import { createHostSessionActivities } from './session';
 import { sign, type HostCredential } from './identity';
-import { terminateProcessGroup } from './command-runner';
+import { groupAlive, terminateProcessGroup } from './process-group';
 import { describeError } from '../control-plane/log';
 import { ServerContact } from './contact';
 import { DeviceClaims } from './claims';
 import type { DeviceDriver } from './drivers';
-import { stillSameProcess, type Journal } from './journal';
+import { stillSameProcess, type Journal, type JournalEntry } from './journal';
 import { DEFAULT_SHUTDOWN_GRACE_MS } from './config';
 import { ProblemLog, snapshotProblem, type HostLog } from './logging';
 import { capabilityTags, type Runners } from './runners';
@@ -48,12 +48,24 @@ export interface HostOptions {
   driver?: DeviceDriver;
   /** Persisted active assignments; on start, whatever the last process left is reported failed at once. */
   journal?: Journal;
+  /**
+   * SIGTERM -> SIGKILL grace for a runner the previous process left behind (the command runner's
+   * `killGraceMs`); default 2 s.
+   */
+  runnerKillGraceMs?: number;
   runners?: Runners;
   definitions?: Map<string, WorkflowStep[]>;
   /** The complete signed snapshot goes at least this often (default 60 s), and at once on a change. */
   snapshotIntervalMs?: number;
   /** How often the driver discovers devices (default 10 s, at most snapshotIntervalMs); a change is sent at once. */
   discoveryIntervalMs?: number;
+  /**
+   * After this many discoveries in a row fail (default 3, DEFAULT_DISCOVERY_FAILURES_BEFORE_UNHEALTHY),
+   * the host no longer vouches for the devices it last saw: each one that was `good` is reported
+   * (and treated here) as `unhealthy`, so the pool stops assigning them and an assignment that
+   * still arrives is refused as `device_unavailable`. The next discovery that works replaces them.
+   */
+  discoveryFailuresBeforeUnhealthy?: number;
   progressIntervalMs?: number;
   /** See HostActivityDeps.reportDelayMs (default 1 s). */
   reportDelayMs?: number;
@@ -106,6 +118,16 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
   const snapshotProblems = new ProblemLog(log, 'snapshots', 'snapshots are accepted again');
   const discoveryProblems = new ProblemLog(log, 'device discovery', 'device discovery works again');
   const discoveryIntervalMs = Math.min(opts.discoveryIntervalMs ?? 10_000, snapshotIntervalMs);
+  const discoveryFailuresBeforeUnhealthy =
+    opts.discoveryFailuresBeforeUnhealthy ?? DEFAULT_DISCOVERY_FAILURES_BEFORE_UNHEALTHY;
+  if (!Number.isInteger(discoveryFailuresBeforeUnhealthy) || discoveryFailuresBeforeUnhealthy < 1) {
+    throw new Error(
+      `discoveryFailuresBeforeUnhealthy must be a whole number >= 1, got ${discoveryFailuresBeforeUnhealthy}`,
+    );
+  }
+  /** Discoveries failed in a row, and whether the devices are reported unhealthy because of them. */
+  let discoveryFailures = 0;
+  let unvouched = false;
   const bootId = randomUUID();
   const client = new Client({ connection: opts.clientConnection, namespace });
   /** Self-fencing (contact.ts): probes the server while runs are on, so a cut-off host stops them. */
@@ -116,7 +138,37 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
   const discover = async () => (opts.driver ? await opts.driver.discover() : (opts.devices ?? []));
   let devices = new Map((await discover()).map((d) => [d.deviceId, d]));
 
-  if (opts.journal) await reconcileJournal(opts.journal, opts.credential, client, log);
+  /**
+   * Devices whose runner, left by the previous process, survived SIGKILL (by device id): reported
+   * offline, and refused, until its process group is gone; its journal entry stays until then.
+   */
+  const leftovers = new Map<string, JournalEntry>();
+  if (opts.journal) {
+    await reconcileJournal(opts.journal, opts.credential, client, log, {
+      killGraceMs: opts.runnerKillGraceMs,
+      onSurvived: (e) => leftovers.set(e.deviceId, e),
+    });
+  }
+  /** The devices as this host vouches for them: a device with a leftover runner is offline. */
+  const current = (): Map<string, DeviceSnapshot> =>
+    leftovers.size === 0
+      ? devices
+      : new Map([...devices].map(([id, d]) => [id, leftovers.has(id) ? { ...d, state: 'offline' as const } : d]));
+  /** A leftover runner whose group has gone since: its device is back, its journal entry removed. */
+  const checkLeftovers = async (): Promise<void> => {
+    for (const [deviceId, e] of leftovers) {
+      if (e.pid && groupAlive(e.pid)) continue;
+      leftovers.delete(deviceId);
+      await opts.journal
+        ?.remove(e.taskId, e.attempt)
+        .catch((err) => log('journal remove failed', { error: String(err) }, 'error'));
+      log(
+        'the runner left by the previous process has ended: the device is back in rotation',
+        { deviceId, pid: e.pid },
+        'warn',
+      );
+    }
+  };
   /**
    * Devices with a runner on them. A runner that will not stop keeps its device out of the pool
    * (reported offline) until it does, so the pool does not offer it again and again, each offer
@@ -171,7 +223,7 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
         credential: opts.credential,
         client,
         runners,
-        devices: () => devices,
+        devices: current,
         progressIntervalMs: opts.progressIntervalMs ?? 5_000,
         reportDelayMs: opts.reportDelayMs,
         takeoverWaitMs: opts.takeoverWaitMs ?? DEFAULT_TAKEOVER_WAIT_MS,
@@ -199,7 +251,7 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
     seq: ++seq,
     bootId,
     sentAt: Date.now(),
-    devices: [...devices.values()].map((d) => ({
+    devices: [...current().values()].map((d) => ({
       ...d,
       tags: capabilities.length ? [...new Set([...d.tags, ...capabilities])] : d.tags,
       state: d.state === 'offline' || claims.stuck(d.deviceId) ? 'offline' : claims.has(d.deviceId) ? 'busy' : d.state,
@@ -262,20 +314,28 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
     again = false;
     inFlight = true;
     (async () => {
+      if (leftovers.size) await checkLeftovers();
       if (opts.driver) {
         try {
           devices = new Map((await discover()).map((d) => [d.deviceId, d]));
+          discoveryFailures = 0;
+          if (unvouched) {
+            unvouched = false;
+            log('device discovery works again: its devices are reported as found', { devices: devices.size }, 'warn');
+          }
+          discoveryProblems.ok();
         } catch (err) {
           const error = describeError(err);
+          discoveryFailures++;
           discoveryProblems.failed({
             key: error,
             level: 'warn',
             message: 'device discovery failed; will retry',
             fields: { error },
           });
-          return;
+          // Until that many in a row, the last list stands (a periodic snapshot still goes when due).
+          if (discoveryFailures >= discoveryFailuresBeforeUnhealthy) markUnvouched(error);
         }
-        discoveryProblems.ok();
       }
       const due = Date.now() - lastSentAt >= snapshotIntervalMs - discoveryIntervalMs / 2;
       if (due || JSON.stringify(assignmentDevices(snapshot().devices)) !== lastSentKey) await sendSnapshot();
@@ -285,6 +345,27 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
         inFlight = false;
         if (again) tick();
       });
+  };
+  const markUnvouched = (error: string): void => {
+    // The host can no longer see its devices, so it cannot vouch for them: left as they were,
+    // the pool would go on assigning them and each runner would fail, costing its task an
+    // attempt. Unhealthy, they are out of rotation (refused here as device_unavailable, a
+    // dispatch failure, if an assignment still arrives) until a discovery works again.
+    const stillGood = [...devices.values()].filter((d) => d.health === 'good');
+    if (stillGood.length) {
+      devices = new Map(
+        [...devices].map(([id, d]) => [id, d.health === 'good' ? { ...d, health: 'unhealthy' as const } : d]),
+      );
+    }
+    if (!unvouched) {
+      unvouched = true;
+      log(
+        'device discovery keeps failing: its devices are reported unhealthy until it works again',
+        { failures: discoveryFailures, devices: stillGood.map((d) => d.deviceId), error },
+        'error',
+      );
+    }
+    // The tick's snapshot sends the change at once.
   };
   const loop = setInterval(tick, discoveryIntervalMs);
   kick = tick;
@@ -330,12 +411,33 @@ export async function reconcileJournal(
   credential: HostCredential,
   client: Client,
   log?: HostLog,
+  opts: {
+    /** SIGTERM -> SIGKILL grace for a leftover runner's group (the command runner's killGraceMs); default 2 s. */
+    killGraceMs?: number;
+    /**
+     * A leftover runner's group survived SIGKILL: its journal entry is kept (not reported cleaned)
+     * and the caller keeps its device out of rotation until the group is gone. Without it, the entry
+     * is kept and only logged.
+     */
+    onSurvived?(entry: JournalEntry): void;
+  } = {},
 ): Promise<number> {
   let reported = 0;
   for (const e of journal.entries()) {
+    let survived = false;
     // Only the runner it recorded: after a reboot, or once the pid is reused, it is someone else's.
-    if (e.pid && stillSameProcess(e)) await terminateProcessGroup(e.pid, 2_000).catch(() => undefined);
-    else if (e.pid)
+    if (e.pid && stillSameProcess(e)) {
+      const gone = await terminateProcessGroup(e.pid, opts.killGraceMs ?? 2_000).catch(() => false);
+      if (!gone) {
+        survived = true;
+        log?.(
+          'a runner left by the previous process survived SIGKILL: its device stays out of rotation while its process group lives',
+          { pid: e.pid, taskId: e.taskId, attempt: e.attempt, deviceId: e.deviceId },
+          'error',
+        );
+        opts.onSurvived?.(e);
+      }
+    } else if (e.pid)
       log?.('a runner recorded in the journal is gone (its pid is not that process now): not signalled', {
         pid: e.pid,
         taskId: e.taskId,
@@ -370,10 +472,14 @@ export async function reconcileJournal(
         log?.('interrupted attempt already closed', { taskId: e.taskId, attempt: e.attempt, error: String(err) });
       }
     }
-    await journal.remove(e.taskId, e.attempt);
+    // A runner still there keeps its entry: the next start (or its device's recovery) deals with it.
+    if (!survived) await journal.remove(e.taskId, e.attempt);
   }
   return reported;
 }
+
+/** Default HostOptions.discoveryFailuresBeforeUnhealthy: about 30 s at the default discovery interval. */
+export const DEFAULT_DISCOVERY_FAILURES_BEFORE_UNHEALTHY = 3;
 
 /** Default HostOptions.takeoverWaitMs. */
 export const DEFAULT_TAKEOVER_WAIT_MS = 15_000;

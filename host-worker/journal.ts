@@ -261,7 +261,7 @@ export function processIdentity(pid: number): { pidBootId?: string; pidStart?: s
  * Whether the runner a journal entry recorded may still be running as `e.pid`: not after a reboot
  * (another boot id, or an entry older than the boot), and not if the pid now belongs to a process
  * started at another time. An entry without the identity (an agent from before it) counts as the
- * same process only when it was written after this boot.
+ * same process only when it was written after this boot. A zombie leader is still that process.
  */
 export function stillSameProcess(e: JournalEntry): boolean {
   if (!e.pid) return false;
@@ -272,7 +272,9 @@ export function stillSameProcess(e: JournalEntry): boolean {
   const booted = currentBootTime();
   if (!(e.pidBootId && bootId) && booted && e.startedAt < Date.parse(booted)) return false;
   const st = procStat(e.pid);
-  if (st && (st.state === 'Z' || st.state === 'X')) return false;
+  // A leader that exited but was not reaped (a zombie, 'Z') still holds its pid, and so its group
+  // id: the group is still the old runner's, and the children it left in it must be stopped too
+  // (terminateProcessGroup waits only for the live ones). Its start time still tells who it was.
   if (e.pidStart && st && st.start !== e.pidStart) return false;
   return true;
 }

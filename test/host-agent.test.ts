@@ -216,6 +216,45 @@ describe('host agent (seed 002)', () => {
     await f.waitForStatus(taskId, 'done');
   });
 
+  it('Discovery that keeps failing: the devices the host can no longer see are reported unhealthy (no work) until it works again', async () => {
+    f = await startFleet('discovery-fails');
+    const device = { deviceId: 'a1', driverType: 'sim', tags: [], state: 'idle' as const, health: 'good' as const };
+    let failing = false;
+    let calls = 0;
+    const driver = {
+      type: 'test',
+      discover: async () => {
+        calls++;
+        if (failing) throw new Error('adb devices -l timed out');
+        return [{ ...device }];
+      },
+    };
+    const logged: string[] = [];
+    await f.addHost('A', [], {
+      driver,
+      discoveryIntervalMs: 100,
+      discoveryFailuresBeforeUnhealthy: 3,
+      log: (message) => logged.push(message),
+    });
+    const health = async () => (await f!.scheduler()).devices.find((d) => d.deviceId === 'a1')?.health;
+    await eventually(async () => ((await health()) === 'good' ? true : undefined), 'device good');
+    failing = true;
+    const failedFrom = calls;
+    await eventually(async () => ((await health()) === 'unhealthy' ? true : undefined), 'device unhealthy', 20_000);
+    assert.ok(calls - failedFrom >= 3, `only after 3 failed discoveries in a row (${calls - failedFrom})`);
+    assert.ok(
+      logged.includes('device discovery keeps failing: its devices are reported unhealthy until it works again'),
+    );
+    const { taskId } = await f.fleet.submit({ goal: 'x [sim duration=50]' });
+    await sleep(1_000);
+    assert.equal((await f.fleet.get(taskId)).status, 'queued', 'a device the host cannot see gets nothing');
+    failing = false;
+    const done = await f.waitForStatus(taskId, 'done');
+    assert.equal(done.attempts.length, 1, 'no attempt was burnt on the unseen device');
+    assert.equal(await health(), 'good');
+    assert.ok(logged.includes('device discovery works again: its devices are reported as found'));
+  });
+
   it('Drain / undrain a host and a device: no new assignments, running work finishes', async () => {
     f = await startFleet('drain');
     await f.addHost('A', [{ deviceId: 'a1' }, { deviceId: 'a2' }]);
@@ -488,6 +527,8 @@ describe('real drivers and runners through the whole system', () => {
             command: [process.execPath, '-e', 'process.exit(require("fs").existsSync(process.argv[1]) ? 1 : 0)', flag],
           },
         },
+        // The local driver has no default runner; this test is about the driver's health check.
+        runner: { type: 'sim' },
       },
     });
     const dev = await eventually(async () => (await f!.scheduler()).devices[0], 'local device in the pool');

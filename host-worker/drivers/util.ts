@@ -1,7 +1,8 @@
 /** Helpers shared by the drivers: bounded argv-only command execution and device-id sanitising. */
-import { execFile } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { isValidId } from '../../workflows/ids';
+import { groupAlive, signalGroup } from '../process-group';
 
 export interface ExecOutcome {
   ok: boolean;
@@ -9,14 +10,17 @@ export interface ExecOutcome {
   code?: number;
   stdout: string;
   stderr: string;
-  /** Why it did not succeed: 'not_found', 'timeout', 'exit_code_<n>', 'signal_<SIG>' or the spawn error code. */
+  /** Why it did not succeed: 'not_found', 'timeout', 'maxBuffer', 'exit_code_<n>', 'signal_<SIG>' or the spawn error code. */
   failure?: string;
   error?: Error;
 }
 
 /**
- * Runs argv (never through a shell) with a hard timeout (SIGKILL when it expires) and bounded
- * output. Never rejects: the outcome says what happened.
+ * Runs argv (never through a shell) with a hard timeout and bounded output. It runs in its own
+ * process group (`detached`), like the command runner's commands: when the timeout expires the
+ * whole group gets SIGKILL, so a check that hangs in a child (`sh -c "sleep 100"`) leaves nothing
+ * behind, and whatever the command left running in its group when it ended is killed too. Never
+ * rejects: the outcome says what happened.
  */
 export function execArgv(
   argv: readonly string[],
@@ -27,44 +31,85 @@ export function execArgv(
       resolve({ ok: false, stdout: '', stderr: '', failure: 'empty_command' });
       return;
     }
+    const maxBuffer = opts.maxBuffer ?? 1024 * 1024;
+    let child: ChildProcess;
     try {
-      execFile(
-        argv[0],
-        argv.slice(1),
-        {
-          timeout: opts.timeoutMs,
-          killSignal: 'SIGKILL',
-          maxBuffer: opts.maxBuffer ?? 1024 * 1024,
-          windowsHide: true,
-          encoding: 'utf8',
-          env: opts.env,
-        },
-        (err, stdout, stderr) => {
-          if (!err) {
-            resolve({ ok: true, code: 0, stdout, stderr });
-            return;
-          }
-          const e = err as NodeJS.ErrnoException & { killed?: boolean; signal?: string | null; code?: unknown };
-          let failure: string;
-          if (e.code === 'ENOENT') failure = 'not_found';
-          else if (e.killed && e.signal === 'SIGKILL') failure = 'timeout';
-          else if (typeof e.code === 'number') failure = `exit_code_${e.code}`;
-          else if (e.signal) failure = `signal_${e.signal}`;
-          else failure = typeof e.code === 'string' ? e.code : 'error';
-          resolve({
-            ok: false,
-            code: typeof e.code === 'number' ? e.code : undefined,
-            stdout: stdout ?? '',
-            stderr: stderr ?? '',
-            failure,
-            error: e,
-          });
-        },
-      );
+      // execFile cannot start a process group (it drops `detached`), hence spawn.
+      child = spawn(argv[0], argv.slice(1), {
+        detached: true,
+        shell: false,
+        stdio: ['ignore', 'pipe', 'pipe'],
+        windowsHide: true,
+        env: opts.env,
+      });
     } catch (err) {
       // Synchronous spawn errors (e.g. a NUL byte in an argument).
       resolve({ ok: false, stdout: '', stderr: '', failure: 'invalid_argument', error: err as Error });
+      return;
     }
+    const pgid = child.pid;
+    const out = { stdout: '', stderr: '' };
+    let size = 0;
+    let failure: string | undefined;
+    let error: Error | undefined;
+    let settled = false;
+    const killGroup = () => {
+      if (pgid !== undefined) signalGroup(pgid, 'SIGKILL');
+    };
+    const timer = setTimeout(() => {
+      failure ??= 'timeout';
+      killGroup();
+    }, opts.timeoutMs);
+    const collect = (stream: 'stdout' | 'stderr') => (chunk: string) => {
+      size += Buffer.byteLength(chunk);
+      if (size > maxBuffer) {
+        failure ??= 'maxBuffer';
+        killGroup();
+        return;
+      }
+      out[stream] += chunk;
+    };
+    child.stdout!.setEncoding('utf8').on('data', collect('stdout'));
+    child.stderr!.setEncoding('utf8').on('data', collect('stderr'));
+    const settle = (r: ExecOutcome) => {
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      resolve(r);
+    };
+    child.once('error', (err: NodeJS.ErrnoException) => {
+      if (pgid !== undefined) return; // after a spawn, 'close' decides
+      settle({
+        ok: false,
+        ...out,
+        failure: err.code === 'ENOENT' ? 'not_found' : (err.code ?? 'error'),
+        error: err,
+      });
+    });
+    child.once('exit', () => {
+      // The leader is done: whatever it left running in its group goes too (and its pipes close).
+      if (pgid !== undefined && groupAlive(pgid)) killGroup();
+    });
+    child.once('close', (code: number | null, signal: NodeJS.Signals | null) => {
+      if (pgid === undefined) return;
+      if (!failure && code === 0) {
+        settle({ ok: true, code: 0, ...out });
+        return;
+      }
+      if (!failure) {
+        failure = code !== null ? `exit_code_${code}` : `signal_${signal ?? 'unknown'}`;
+        error = new Error(
+          `${argv[0]} ${failure === `exit_code_${code}` ? `exited with code ${code}` : `was killed by ${signal}`}`,
+        );
+      } else {
+        error = new Error(
+          failure === 'timeout'
+            ? `${argv[0]} timed out after ${opts.timeoutMs} ms`
+            : `${argv[0]} wrote more than ${maxBuffer} bytes`,
+        );
+      }
+      settle({ ok: false, code: code ?? undefined, ...out, failure, error });
+    });
   });
 }
 

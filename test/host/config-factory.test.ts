@@ -4,6 +4,7 @@ import { chmodSync, mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import {
   CommandRunnerConfigSchema,
+  DefinitionsConfigSchema,
   DriverConfigSchema,
   RunnerConfigSchema,
   type DriverConfigInput,
@@ -11,6 +12,7 @@ import {
 } from '../../host-worker/config-schemas';
 import { AdbDriver, LocalDriver, SimDriver } from '../../host-worker/drivers';
 import { HostConfigSchema, hostConfigWarnings, loadHostConfig } from '../../host-worker/config';
+import { SubmitRequestSchema } from '../../control-plane/client';
 import { ConfigError, parseControlPlaneConfig } from '../../control-plane/config';
 import { parseLevelStrict } from '../../control-plane/log';
 import { executableProblem } from '../../host-worker/preflight';
@@ -110,6 +112,67 @@ describe('host driver and runner configuration', () => {
           return true;
         },
       );
+    });
+    it('a real driver (adb, local) without a runner is refused, saying how to fix it; the sim driver defaults to the sim runner', () => {
+      assert.equal(HostConfigSchema.parse(host).runner, undefined, 'sim driver: the sim runner by default');
+      for (const driver of [{ type: 'adb' }, { type: 'local' }]) {
+        const r = HostConfigSchema.safeParse({ ...host, driver });
+        assert.equal(r.success, false, driver.type);
+        const text = issues(r);
+        assert.match(text, new RegExp(`^runner: the ${driver.type} driver needs a runner`), text);
+        assert.match(text, /Configure one/);
+        assert.ok(text.includes('"runner": {"type": "sim"}'), text);
+        // Simulating on purpose, or a real runner, is fine.
+        assert.equal(HostConfigSchema.safeParse({ ...host, driver, runner: { type: 'sim' } }).success, true);
+        assert.equal(
+          HostConfigSchema.safeParse({
+            ...host,
+            driver,
+            runner: { type: 'command', command: ['/bin/true'], goalAs: 'argument' },
+          }).success,
+          true,
+        );
+      }
+      const path = join(tmp.make(), 'host.json');
+      writeFileSync(path, JSON.stringify({ ...host, driver: { type: 'adb' } }));
+      assert.throws(() => loadHostConfig(path, { checkCommands: false }), /runner: the adb driver needs a runner/);
+    });
+    it("timer settings are bounded by Node's largest timer (2^31 - 1 ms), with a clear message", () => {
+      const max = 2_147_483_647;
+      const tooBig = /at most 2147483647 ms/;
+      for (const key of ['snapshotIntervalMs', 'discoveryIntervalMs', 'progressIntervalMs', 'reportDelayMs']) {
+        assert.equal(HostConfigSchema.safeParse({ ...host, [key]: max }).success, true, key);
+        const r = HostConfigSchema.safeParse({ ...host, [key]: max + 1 });
+        assert.equal(r.success, false, key);
+        assert.match(issues(r), new RegExp(`^${key}: `), key);
+        assert.match(issues(r), tooBig, key);
+      }
+      const drivers: [object, string][] = [
+        [{ type: 'adb', listTimeoutMs: max + 1 }, 'listTimeoutMs'],
+        [{ type: 'adb', healthTimeoutMs: max + 1 }, 'healthTimeoutMs'],
+        [{ type: 'local', healthCheck: { command: ['true'], timeoutMs: max + 1 } }, 'healthCheck.timeoutMs'],
+        [{ type: 'sim', defaultDurationMs: max + 1 }, 'defaultDurationMs'],
+      ];
+      for (const [input, field] of drivers) {
+        const r = DriverConfigSchema.safeParse(input);
+        assert.equal(r.success, false, field);
+        assert.match(issues(r), new RegExp(`^${field.replace('.', '\\.')}: at most 2147483647 ms`), field);
+      }
+      const cmd = { type: 'command', command: ['x'], goalAs: 'argument' };
+      for (const over of [{ killGraceMs: max + 1 }, { defaultStepTimeoutMs: max + 1 }]) {
+        const r = RunnerConfigSchema.safeParse({ ...cmd, ...over });
+        assert.equal(r.success, false, JSON.stringify(over));
+        assert.match(issues(r), tooBig);
+      }
+      assert.equal(RunnerConfigSchema.safeParse({ ...cmd, killGraceMs: max, defaultStepTimeoutMs: max }).success, true);
+      const step = { name: 's', command: ['x'] };
+      assert.equal(DefinitionsConfigSchema.safeParse({ d: [{ ...step, timeoutMs: max }] }).success, true);
+      assert.match(issues(DefinitionsConfigSchema.safeParse({ d: [{ ...step, timeoutMs: max + 1 }] })), tooBig);
+      // A step a task brings inline (the submit API) is bounded the same way.
+      const submit = (timeoutMs: number) =>
+        SubmitRequestSchema.safeParse({ definition: { name: 'd', steps: [{ ...step, timeoutMs }] } });
+      assert.equal(submit(max).success, true, issues(submit(max)));
+      assert.match(issues(submit(max + 1)), /at most 2147483647 ms/);
     });
     it('shutdownGraceMs: 5000 by default, a non-negative whole number of ms up to a day', () => {
       assert.equal(HostConfigSchema.parse(host).shutdownGraceMs, 5_000);
@@ -242,6 +305,8 @@ describe('host driver and runner configuration', () => {
       }
     };
     const command = (over: object) => ({ runner: { type: 'command', goalAs: 'argument', command: [node], ...over } });
+    /** A real driver needs a runner configured: these checks are about the driver's own commands. */
+    const simRunner = { runner: { type: 'sim' } };
 
     it('refuses a command runner whose command[0] cannot start, naming the runner, the field and the value', () => {
       const dir = tmp.make();
@@ -311,22 +376,28 @@ describe('host driver and runner configuration', () => {
         'loaded',
       );
       assert.ok(
-        load({ driver: { type: 'local', healthCheck: { command: ['/nonexistent/check'] } } }).includes(
+        load({ driver: { type: 'local', healthCheck: { command: ['/nonexistent/check'] } }, ...simRunner }).includes(
           'local driver health check: driver.healthCheck.command[0] "/nonexistent/check" does not exist',
         ),
       );
-      assert.equal(load({ driver: { type: 'local', healthCheck: { command: [node, '-e', '0'] } } }), 'loaded');
+      assert.equal(
+        load({ driver: { type: 'local', healthCheck: { command: [node, '-e', '0'] } }, ...simRunner }),
+        'loaded',
+      );
       assert.ok(
-        load({ driver: { type: 'adb', adbPath: '/nonexistent/adb' } }).includes(
+        load({ driver: { type: 'adb', adbPath: '/nonexistent/adb' }, ...simRunner }).includes(
           'adb driver: driver.adbPath "/nonexistent/adb" does not exist',
         ),
       );
       assert.ok(
-        load({ driver: { type: 'adb' } }, { PATH: '/nonexistent' }).includes(
+        load({ driver: { type: 'adb' }, ...simRunner }, { PATH: '/nonexistent' }).includes(
           'adb driver: driver.adbPath "adb" is not found on PATH',
         ),
       );
-      assert.equal(load({ driver: { type: 'adb', adbPath: resolve(__dirname, '../fixtures/fake-adb') } }), 'loaded');
+      assert.equal(
+        load({ driver: { type: 'adb', adbPath: resolve(__dirname, '../fixtures/fake-adb') }, ...simRunner }),
+        'loaded',
+      );
     });
 
     it('looks executables up like spawn: a path from the cwd, a bare name in PATH (empty entries: the cwd)', () => {

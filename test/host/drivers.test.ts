@@ -12,11 +12,28 @@ import {
   parseAdbDevices,
   toValidId,
 } from '../../host-worker/drivers';
+import { groupAlive } from '../../host-worker/process-group';
+import { execArgv } from '../../host-worker/drivers/util';
 import { isValidId } from '../../workflows/ids';
 import type { DeviceSnapshot } from '../../workflows/types';
 import { node, tempDirs } from './helpers';
 
 const FAKE_ADB = resolve(__dirname, '../fixtures/fake-adb');
+
+/** A live (not zombie) process. */
+function running(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return false;
+  }
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return !/^[ZX]$/.test(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0]);
+  } catch {
+    return false;
+  }
+}
 
 const byId = (devices: DeviceSnapshot[]) => new Map(devices.map((d) => [d.deviceId, d]));
 
@@ -126,6 +143,42 @@ describe('host drivers', () => {
       assert.ok(Date.now() - t0 < 5_000, 'the timeout bounds the check');
       const missing = new LocalDriver({ deviceId: 'box', healthCheck: { command: ['/nonexistent/health-check'] } });
       assert.equal((await missing.discover())[0].health, 'unhealthy');
+    });
+
+    it('a health check that times out leaves no process behind: its whole process group is killed', async () => {
+      const pids = join(tmp.make(), 'pids');
+      // The shell starts a child of its own and waits for it: killing only the shell would leave `sleep`.
+      const driver = new LocalDriver({
+        deviceId: 'box',
+        healthCheck: { command: ['sh', '-c', `sleep 100 & echo "$$ $!" > '${pids}'; wait`], timeoutMs: 300 },
+      });
+      const t0 = Date.now();
+      assert.equal((await driver.discover())[0].health, 'unhealthy');
+      assert.ok(Date.now() - t0 < 5_000, 'the timeout bounds the check');
+      const [shell, sleeper] = readFileSync(pids, 'utf8').trim().split(' ').map(Number);
+      assert.ok(shell > 0 && sleeper > 0);
+      const deadline = Date.now() + 3_000;
+      while ((running(sleeper) || groupAlive(shell)) && Date.now() < deadline)
+        await new Promise((r) => setTimeout(r, 25));
+      if (running(sleeper)) process.kill(sleeper, 'SIGKILL');
+      assert.equal(running(sleeper) || groupAlive(shell), false, `the check's child (sleep ${sleeper}) is gone`);
+      const r = await execArgv(['sh', '-c', 'sleep 100'], { timeoutMs: 200 });
+      assert.equal(r.failure, 'timeout');
+    });
+
+    it('a health check that exits leaving a background child behind: the child is killed too', async () => {
+      const pids = join(tmp.make(), 'pids');
+      const r = await execArgv(['sh', '-c', `sleep 100 > /dev/null 2>&1 & echo "$$ $!" > '${pids}'; exit 0`], {
+        timeoutMs: 5_000,
+      });
+      assert.equal(r.ok, true);
+      const [shell, sleeper] = readFileSync(pids, 'utf8').trim().split(' ').map(Number);
+      const deadline = Date.now() + 3_000;
+      while ((running(sleeper) || groupAlive(shell)) && Date.now() < deadline)
+        await new Promise((r) => setTimeout(r, 25));
+      const survived = running(sleeper);
+      if (survived) process.kill(sleeper, 'SIGKILL');
+      assert.equal(survived, false, `the background child (sleep ${sleeper}) is gone`);
     });
 
     it('runs the health command without a shell and without the Temporal credentials', async () => {

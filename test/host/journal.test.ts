@@ -14,6 +14,9 @@ import {
   type JournalEntry,
   type LockOwner,
 } from '../../host-worker/journal';
+import type { Client } from '@temporalio/client';
+import { reconcileJournal } from '../../host-worker/host';
+import { generateHostCredential } from '../../host-worker/identity';
 import { node, tempDirs } from './helpers';
 
 const entry = (taskId: string, attempt = 1, over: Partial<JournalEntry> = {}): JournalEntry => ({
@@ -308,6 +311,68 @@ describe('host journal: whose pid', () => {
       assert.equal(stillSameProcess(entry({})), false);
     } finally {
       child.kill('SIGKILL');
+    }
+  });
+
+  /**
+   * A runner group whose leader exited unreaped (a zombie: its parent, here a shell that exec'd
+   * `sleep`, never waits) while a child it started goes on in its group.
+   */
+  async function zombieLedGroup(): Promise<{ leader: number; child: number; cleanup(): void }> {
+    const pids = join(tmp.make(), 'pids');
+    const outer = spawn('sh', ['-c', `setsid sh -c 'sleep 100 & echo $$ $! > "${pids}"; exit 0' & exec sleep 30`], {
+      stdio: 'ignore',
+    });
+    const deadline = Date.now() + 5_000;
+    for (;;) {
+      const text = existsSync(pids) ? readFileSync(pids, 'utf8').trim() : '';
+      const [leader, child] = text.split(' ').map(Number);
+      if (leader && child && state(leader) === 'Z') {
+        return {
+          leader,
+          child,
+          cleanup: () => {
+            if (state(child) && state(child) !== 'Z') process.kill(child, 'SIGKILL');
+            outer.kill('SIGKILL');
+          },
+        };
+      }
+      if (Date.now() > deadline) {
+        outer.kill('SIGKILL');
+        throw new Error(`no zombie-led group (${text})`);
+      }
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+  const state = (pid: number): string | undefined => {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0];
+    } catch {
+      return undefined;
+    }
+  };
+  const tmp = tempDirs();
+  after(() => tmp.cleanup());
+
+  it('a recorded runner whose group leader is a zombie is still that runner: restart stops the children it left in its group', async function () {
+    if (!linux) this.skip(); // reason: zombies and identities are read from /proc, which only Linux has
+    const g = await zombieLedGroup();
+    try {
+      const recorded = entry({ pid: g.leader, ...processIdentity(g.leader) });
+      assert.equal(state(g.leader), 'Z');
+      assert.equal(stillSameProcess(recorded), true, 'a zombie still holds its pid and its group');
+      const journal = await Journal.open(join(tmp.make(), 'journal.json'));
+      await journal.add(recorded);
+      const logged: string[] = [];
+      await reconcileJournal(journal, generateHostCredential('h-zombie'), {} as Client, (m) => logged.push(m), {
+        killGraceMs: 100,
+      });
+      assert.ok(!state(g.child) || state(g.child) === 'Z', `the leader's child ${g.child} is stopped`);
+      assert.deepEqual(journal.entries(), [], 'the group is gone: the entry is removed');
+      assert.ok(!logged.some((m) => m.includes('survived')), logged.join('; '));
+    } finally {
+      g.cleanup();
     }
   });
 });
