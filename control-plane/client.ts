@@ -131,20 +131,21 @@ export const TaskPolicyOverrideSchema = z.strictObject({
   executionTimeoutMs: z.number().int().positive().optional(),
   maxQueueWaitMs: z.number().int().positive().optional(),
 });
-const StepSchema = z.object({
+const StepSchema = z.strictObject({
   name: z.string().min(1).max(200),
   command: z.array(z.string()).min(1),
   timeoutMs: z.number().int().positive().optional(),
 });
 
+/** Strict throughout, like the REST schemas: a misspelt field is an error, never silently dropped. */
 export const SubmitRequestSchema = z
-  .object({
+  .strictObject({
     taskId: id.optional(),
     pool: id.optional(),
     goal: z.string().trim().min(1).max(10_000).optional(),
-    definition: z.union([id, z.object({ name: id, steps: z.array(StepSchema).min(1).optional() })]).optional(),
+    definition: z.union([id, z.strictObject({ name: id, steps: z.array(StepSchema).min(1).optional() })]).optional(),
     constraints: z
-      .object({
+      .strictObject({
         driverType: z.string().min(1).max(100).optional(),
         tags: z.array(z.string().min(1).max(100)).max(50).default([]),
         hostId: id.optional(),
@@ -200,7 +201,11 @@ export class FleetClient {
     const r = SubmitRequestSchema.safeParse(req);
     if (!r.success) {
       throw new ValidationError(
-        r.error.issues.map((i) => ({ path: i.path.join('.') || '(root)', message: i.message })),
+        r.error.issues.flatMap((i) =>
+          i.code === 'unrecognized_keys'
+            ? i.keys.map((k) => ({ path: [...i.path, k].join('.'), message: 'unknown field' }))
+            : [{ path: i.path.join('.') || '(root)', message: i.message }],
+        ),
       );
     }
     const v = r.data;
