@@ -696,4 +696,40 @@ describe('REST: with no control-plane worker running', () => {
     assert.equal((await rf.f.fleet.wait(pending.body.taskId, { timeoutMs: 60_000 })).status, 'done');
   });
 
+  it('concurrent submits of one Idempotency-Key pending admission: only the same request gets 202, others 409', async function () {
+    this.timeout(120_000);
+    /** Lets the submits through only once all of them passed the look for an existing task. */
+    class BarrierFleet extends FleetClient {
+      arrived = 0;
+      private open!: () => void;
+      private readonly all = new Promise<void>((r) => (this.open = r));
+      override async submit(...args: Parameters<FleetClient['submit']>): Promise<TaskView> {
+        if (++this.arrived === 3) this.open();
+        await this.all;
+        return super.submit(...args);
+      }
+    }
+    const barrier = new BarrierFleet(rf.f.client, rf.f.config);
+    const app = rf.appWith(barrier, { admissionTimeoutMs: 2_000 });
+    const key = uid('race');
+    const submit = (who: Who, goal: string) =>
+      callAs(app, who, 'post', '/v1/tasks').set('Idempotency-Key', key).send({ goal });
+    await rf.f.stopControlPlane();
+    try {
+      const answers = await Promise.all([
+        submit('alice', 'race [sim duration=50]'),
+        submit('alice', 'another [sim duration=50]'),
+        submit('bob', 'race [sim duration=50]'),
+      ]);
+      assert.equal(barrier.arrived, 3);
+      const statuses = answers.map((r) => r.status).sort();
+      assert.deepEqual(statuses, [202, 409, 409], answers.map((r) => r.text).join('\n'));
+      const won = answers.find((r) => r.status === 202)!;
+      assert.equal(won.body.taskId, key);
+      for (const r of answers.filter((a) => a.status === 409)) assertProblem(r, 409, 'idempotency-conflict');
+    } finally {
+      await rf.f.startControlPlane();
+    }
+    assert.equal((await rf.f.fleet.wait(key, { timeoutMs: 60_000 })).status, 'done');
+  });
 });

@@ -155,7 +155,9 @@ export async function submitTask(
     if (!(err instanceof AdmissionPendingError)) throw err;
     // Started and kept, not answered yet: 202, and the caller follows it by GET (or submits again).
     // As recorded: the pool did not answer, so a live view would most likely wait in vain too.
+    // USE_EXISTING may have attached this submit to a concurrent one's run: the same check as below.
     const started = await deps.fleet.recorded(input.taskId);
+    if (!same(started)) throw conflict();
     return { view: started, created: true, pending: true };
   }
   // Two first submissions racing: the loser attached to the winner's task.
