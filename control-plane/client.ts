@@ -88,6 +88,8 @@ export class TaskEndedError extends Error {
  * pool did not answer in time, typically because no control plane runs. It is admitted or refused
  * once one does; submitting the same id again waits again and never starts a second run.
  */
+/** The memo key of a task's start that says whether its definition was submitted by name. */
+const DEFINITION_BY_NAME_MEMO = 'fleetDefinitionByName';
 /** How long a read waits for a control-plane worker before it shows the task as recorded (`find`). */
 export const LIVE_VIEW_TIMEOUT_MS = 8_000;
 
@@ -243,11 +245,29 @@ export class FleetClient {
    * Starts the task (or finds the existing one with this id) and returns once its pool admitted it.
    * A repeat of an id returns the recorded task and runs nothing; a full queue throws QueueFullError.
    */
-  async submit(req: SubmitRequest, opts: { admissionTimeoutMs?: number } = {}): Promise<TaskView> {
+  async submit(
+    req: SubmitRequest,
+    opts: {
+      admissionTimeoutMs?: number;
+      /**
+       * The definition was named by the caller, its steps (if any) resolved from a store (REST's
+       * definitions): recorded with the task, so a later repeat by name compares by the name alone
+       * only with a task itself submitted by name (`submittedByName`). Default: a definition given
+       * without steps.
+       */
+      definitionByName?: boolean;
+    } = {},
+  ): Promise<TaskView> {
     const input = this.buildInput(req);
     await this.assertPoolExists(input.pool, input.taskId);
+    const byName =
+      input.work.kind !== 'workflow'
+        ? undefined
+        : (opts.definitionByName ?? (typeof req.definition === 'string' || !req.definition?.steps));
+    const start = (reuse: WorkflowIdReusePolicy) =>
+      this.startAndAwaitAdmission(input, reuse, opts.admissionTimeoutMs, byName);
     try {
-      return await this.startAndAwaitAdmission(input, 'REJECT_DUPLICATE', opts.admissionTimeoutMs);
+      return await start('REJECT_DUPLICATE');
     } catch (err) {
       if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
     }
@@ -269,7 +289,7 @@ export class FleetClient {
     const rejected = latest.status.name !== 'RUNNING' && latest.typedSearchAttributes.get(FleetStatus) === 'rejected';
     if (!rejected) return current();
     try {
-      return await this.startAndAwaitAdmission(input, 'ALLOW_DUPLICATE_FAILED_ONLY', opts.admissionTimeoutMs);
+      return await start('ALLOW_DUPLICATE_FAILED_ONLY');
     } catch (err) {
       if (err instanceof WorkflowExecutionAlreadyStartedError) return current();
       throw err;
@@ -318,9 +338,11 @@ export class FleetClient {
     input: TaskInput,
     reuse: WorkflowIdReusePolicy,
     admissionTimeoutMs?: number,
+    definitionByName?: boolean,
   ): Promise<TaskView> {
     const handle = await this.client.workflow.start<typeof taskWorkflow>('taskWorkflow', {
       workflowId: taskWorkflowId(input.taskId),
+      ...(definitionByName === undefined ? {} : { memo: { [DEFINITION_BY_NAME_MEMO]: definitionByName } }),
       taskQueue: taskWorkflowQueue(this.config),
       args: [input],
       workflowIdConflictPolicy: 'USE_EXISTING',
@@ -470,6 +492,16 @@ export class FleetClient {
       if ((err as Error)?.name === 'WorkflowNotFoundError') throw new TaskNotFoundError(`task ${taskId} not found`);
       throw err;
     }
+  }
+
+  /**
+   * Whether the task's definition was submitted by name (true) or with its steps inline (false), as
+   * recorded at its start (the latest run's memo; no worker needed); undefined for a task that runs
+   * no definition or was started before this was recorded. TaskNotFoundError if none.
+   */
+  async submittedByName(taskId: string): Promise<boolean | undefined> {
+    const v = (await this.describeTask(taskId)).memo?.[DEFINITION_BY_NAME_MEMO];
+    return typeof v === 'boolean' ? v : undefined;
   }
 
   /** The task's live state, from its workflow (a query: a control-plane worker must answer it). */
