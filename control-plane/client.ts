@@ -88,6 +88,8 @@ export class TaskEndedError extends Error {
  * pool did not answer in time, typically because no control plane runs. It is admitted or refused
  * once one does; submitting the same id again waits again and never starts a second run.
  */
+/** The memo key of a task's start that says whether its definition was submitted by name. */
+const DEFINITION_BY_NAME_MEMO = 'fleetDefinitionByName';
 /** How long a read waits for a control-plane worker before it shows the task as recorded (`find`). */
 export const LIVE_VIEW_TIMEOUT_MS = 8_000;
 
@@ -131,20 +133,21 @@ export const TaskPolicyOverrideSchema = z.strictObject({
   executionTimeoutMs: z.number().int().positive().optional(),
   maxQueueWaitMs: z.number().int().positive().optional(),
 });
-const StepSchema = z.object({
+const StepSchema = z.strictObject({
   name: z.string().min(1).max(200),
   command: z.array(z.string()).min(1),
   timeoutMs: z.number().int().positive().max(2_147_483_647, 'at most 2147483647 ms (2^31 - 1)').optional(),
 });
 
+/** Strict throughout, like the REST schemas: a misspelt field is an error, never silently dropped. */
 export const SubmitRequestSchema = z
-  .object({
+  .strictObject({
     taskId: id.optional(),
     pool: id.optional(),
     goal: z.string().trim().min(1).max(10_000).optional(),
-    definition: z.union([id, z.object({ name: id, steps: z.array(StepSchema).min(1).optional() })]).optional(),
+    definition: z.union([id, z.strictObject({ name: id, steps: z.array(StepSchema).min(1).optional() })]).optional(),
     constraints: z
-      .object({
+      .strictObject({
         driverType: z.string().min(1).max(100).optional(),
         tags: z.array(z.string().min(1).max(100)).max(50).default([]),
         hostId: id.optional(),
@@ -200,7 +203,11 @@ export class FleetClient {
     const r = SubmitRequestSchema.safeParse(req);
     if (!r.success) {
       throw new ValidationError(
-        r.error.issues.map((i) => ({ path: i.path.join('.') || '(root)', message: i.message })),
+        r.error.issues.flatMap((i) =>
+          i.code === 'unrecognized_keys'
+            ? i.keys.map((k) => ({ path: [...i.path, k].join('.'), message: 'unknown field' }))
+            : [{ path: i.path.join('.') || '(root)', message: i.message }],
+        ),
       );
     }
     const v = r.data;
@@ -238,11 +245,29 @@ export class FleetClient {
    * Starts the task (or finds the existing one with this id) and returns once its pool admitted it.
    * A repeat of an id returns the recorded task and runs nothing; a full queue throws QueueFullError.
    */
-  async submit(req: SubmitRequest, opts: { admissionTimeoutMs?: number } = {}): Promise<TaskView> {
+  async submit(
+    req: SubmitRequest,
+    opts: {
+      admissionTimeoutMs?: number;
+      /**
+       * The definition was named by the caller, its steps (if any) resolved from a store (REST's
+       * definitions): recorded with the task, so a later repeat by name compares by the name alone
+       * only with a task itself submitted by name (`submittedByName`). Default: a definition given
+       * without steps.
+       */
+      definitionByName?: boolean;
+    } = {},
+  ): Promise<TaskView> {
     const input = this.buildInput(req);
     await this.assertPoolExists(input.pool, input.taskId);
+    const byName =
+      input.work.kind !== 'workflow'
+        ? undefined
+        : (opts.definitionByName ?? (typeof req.definition === 'string' || !req.definition?.steps));
+    const start = (reuse: WorkflowIdReusePolicy) =>
+      this.startAndAwaitAdmission(input, reuse, opts.admissionTimeoutMs, byName);
     try {
-      return await this.startAndAwaitAdmission(input, 'REJECT_DUPLICATE', opts.admissionTimeoutMs);
+      return await start('REJECT_DUPLICATE');
     } catch (err) {
       if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
     }
@@ -264,7 +289,7 @@ export class FleetClient {
     const rejected = latest.status.name !== 'RUNNING' && latest.typedSearchAttributes.get(FleetStatus) === 'rejected';
     if (!rejected) return current();
     try {
-      return await this.startAndAwaitAdmission(input, 'ALLOW_DUPLICATE_FAILED_ONLY', opts.admissionTimeoutMs);
+      return await start('ALLOW_DUPLICATE_FAILED_ONLY');
     } catch (err) {
       if (err instanceof WorkflowExecutionAlreadyStartedError) return current();
       throw err;
@@ -313,9 +338,11 @@ export class FleetClient {
     input: TaskInput,
     reuse: WorkflowIdReusePolicy,
     admissionTimeoutMs?: number,
+    definitionByName?: boolean,
   ): Promise<TaskView> {
     const handle = await this.client.workflow.start<typeof taskWorkflow>('taskWorkflow', {
       workflowId: taskWorkflowId(input.taskId),
+      ...(definitionByName === undefined ? {} : { memo: { [DEFINITION_BY_NAME_MEMO]: definitionByName } }),
       taskQueue: taskWorkflowQueue(this.config),
       args: [input],
       workflowIdConflictPolicy: 'USE_EXISTING',
@@ -465,6 +492,16 @@ export class FleetClient {
       if ((err as Error)?.name === 'WorkflowNotFoundError') throw new TaskNotFoundError(`task ${taskId} not found`);
       throw err;
     }
+  }
+
+  /**
+   * Whether the task's definition was submitted by name (true) or with its steps inline (false), as
+   * recorded at its start (the latest run's memo; no worker needed); undefined for a task that runs
+   * no definition or was started before this was recorded. TaskNotFoundError if none.
+   */
+  async submittedByName(taskId: string): Promise<boolean | undefined> {
+    const v = (await this.describeTask(taskId)).memo?.[DEFINITION_BY_NAME_MEMO];
+    return typeof v === 'boolean' ? v : undefined;
   }
 
   /** The task's live state, from its workflow (a query: a control-plane worker must answer it). */

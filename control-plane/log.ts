@@ -31,7 +31,7 @@ export interface LogOptions {
 
 export function parseLevel(raw: string | undefined, fallback: Level = 'info'): Level {
   const l = raw?.toLowerCase();
-  return l && l in RANK ? (l as Level) : fallback;
+  return l && Object.hasOwn(RANK, l) ? (l as Level) : fallback;
 }
 
 /**

@@ -129,8 +129,13 @@ export async function submitScript(argv: string[], io: SubmitIo, connect: () => 
     conn = await connect();
     const { fleet } = conn;
     const input = fleet.buildInput(request); // ValidationError before anything reaches Temporal
-    const refuseIfDifferent = (v: TaskView) => {
-      const differs = requestDifferences(v, input, true);
+    // By name only with a task itself submitted by name: one submitted with its steps inline (REST)
+    // is different work from a host's definition of that name.
+    const refuseIfDifferent = async (v: TaskView) => {
+      const byName =
+        requestDifferences(v, input, false).length > 0 &&
+        (v.work.kind !== 'workflow' || (await fleet.submittedByName(v.taskId)) !== false);
+      const differs = requestDifferences(v, input, byName);
       if (differs.length > 0) throw new TaskIdConflictError(input.taskId, differs);
     };
 
@@ -139,13 +144,13 @@ export async function submitScript(argv: string[], io: SubmitIo, connect: () => 
       // Only a task that was rejected at admission may be submitted again under its id.
       const existing = await fleet.find(request.taskId, { liveTimeoutMs: LIVE_VIEW_TIMEOUT_MS });
       if (existing && existing.status !== 'rejected') {
-        refuseIfDifferent(existing);
+        await refuseIfDifferent(existing);
         view = existing;
       }
     }
     if (!view) {
       view = await fleet.submit({ ...request, taskId: input.taskId });
-      refuseIfDifferent(view); // two first submissions racing: this one attached to the other's task
+      await refuseIfDifferent(view); // two first submissions racing: this one attached to the other's task
     }
     io.stdout.write(`${JSON.stringify({ taskId: view.taskId, status: view.status })}\n`);
     if (!values.wait) return ExitCode.ok;

@@ -26,6 +26,28 @@ describe('fleet client', () => {
       return true;
     });
     await assert.rejects(f.fleet.submit({ goal: 'x', definition: 'y' }), /exactly one of "goal" or "definition"/);
+    // Misspelt fields are errors, not silently dropped: at the top, in constraints, definition and steps.
+    const misspelt = {
+      goal: 'x',
+      constraints: { driverType: 'android', tag: ['camera'] },
+      polciy: { maxAttempts: 1 },
+    };
+    await assert.rejects(f.fleet.submit(misspelt as never), (err: unknown) => {
+      assert.ok(err instanceof ValidationError);
+      assert.deepEqual(err.issues.map((i) => i.path).sort(), ['constraints.tag', 'polciy']);
+      return true;
+    });
+    const badDefinition = {
+      definition: { name: 'd', stpes: [], steps: [{ name: 's', command: ['true'], timeout: 5 }] },
+    };
+    assert.throws(
+      () => f!.fleet.buildInput(badDefinition as never),
+      (err: unknown) => {
+        assert.ok(err instanceof ValidationError);
+        assert.deepEqual(err.issues.map((i) => i.path).sort(), ['definition.steps.0.timeout', 'definition.stpes']);
+        return true;
+      },
+    );
     assert.equal((await f.scheduler()).queue.length, 0);
   });
 

@@ -1,6 +1,6 @@
 /** The JSON logger the processes install for the Temporal SDK (pure: lines captured in memory). */
 import assert from 'node:assert/strict';
-import { SdkJsonLogger } from '../control-plane/log';
+import { parseLevel, SdkJsonLogger } from '../control-plane/log';
 
 describe('SDK log lines', () => {
   it('never carry an activity task token (nor the whole task), and keep the rest of the context', () => {
@@ -24,5 +24,17 @@ describe('SDK log lines', () => {
     assert.equal(first.taskId, 't-1');
     assert.equal('taskToken' in first, false);
     assert.equal('task' in first, false);
+  });
+});
+
+describe('parseLevel', () => {
+  it('takes the five levels in any case and falls back on anything else, inherited names included', () => {
+    assert.equal(parseLevel('DEBUG'), 'debug');
+    assert.equal(parseLevel('warn', 'error'), 'warn');
+    assert.equal(parseLevel(undefined), 'info');
+    assert.equal(parseLevel('verbose', 'warn'), 'warn');
+    for (const raw of ['constructor', 'toString', '__proto__', 'hasOwnProperty', 'valueOf']) {
+      assert.equal(parseLevel(raw), 'info', raw);
+    }
   });
 });

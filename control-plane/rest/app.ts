@@ -24,11 +24,13 @@ export function createApp(deps: RestDeps): Express {
   app.set('json replacer', redactingReplacer);
   app.set('query parser', 'simple');
 
-  const openapi = buildOpenApiDocument();
+  // Served as is, not through the redacting JSON replacer: the document holds no secrets, and the
+  // replacer would strip schema properties named like one (EnrollHostBody's `keys`).
+  const openapi = JSON.stringify(buildOpenApiDocument());
   app.use(healthRouter(deps));
   app.get('/metrics', metricsRoute(deps)); // Prometheus text format, unauthenticated (see ../metrics.ts)
   app.get('/openapi.json', (_req, res) => {
-    res.json(openapi);
+    res.type('application/json').send(openapi);
   });
 
   const v1 = express.Router();

@@ -9,6 +9,11 @@ export interface RestOptions {
   ssePollMs?: number;
   /** Comment lines that keep idle event streams open through proxies (default 15 s). */
   sseKeepAliveMs?: number;
+  /**
+   * An event stream whose client does not read ends once this much is written but not taken
+   * (default 1 MiB); while the socket has not drained, nothing more is queued for it.
+   */
+  sseMaxBufferedBytes?: number;
   /** Request bodies above this are refused with 413 (default 256 KiB). */
   bodyLimitBytes?: number;
   /** Retry-After on 429 queue full (default 5 s). */

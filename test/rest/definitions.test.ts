@@ -178,7 +178,38 @@ describe('REST: workflow definitions API', () => {
     const again = await send('alice', 'post', '/v1/tasks', { taskId: byHost.body.taskId, definition: hostOwn });
     assert.equal(again.status, 200, again.text);
     assert.equal(again.body.taskId, byHost.body.taskId);
-    for (const id of [taskId, inline.body.taskId, byHost.body.taskId]) {
+
+    // A task submitted with its steps inline is not the same request as a repeat by name: not when
+    // the name is a host's own definition, nor when it is stored with other steps; with the very
+    // same steps stored it is the same work.
+    const inlineId = uid('inline');
+    const own = uid('own');
+    const first = await send('alice', 'post', '/v1/tasks', {
+      taskId: inlineId,
+      definition: { name: own, steps: steps('x') },
+    });
+    assert.equal(first.status, 201, first.text);
+    assertProblem(
+      await send('alice', 'post', '/v1/tasks', { taskId: inlineId, definition: own }),
+      409,
+      'idempotency-conflict',
+    );
+    await send('admin', 'post', '/v1/workflow-definitions', { name: own, steps: steps('y') });
+    assertProblem(
+      await send('alice', 'post', '/v1/tasks', { taskId: inlineId, definition: { name: own } }),
+      409,
+      'idempotency-conflict',
+    );
+    await send('admin', 'put', `/v1/workflow-definitions/${own}`, { steps: steps('x') });
+    const sameWork = await send('alice', 'post', '/v1/tasks', { taskId: inlineId, definition: own });
+    assert.equal(sameWork.status, 200, sameWork.text);
+    const sameInline = await send('alice', 'post', '/v1/tasks', {
+      taskId: inlineId,
+      definition: { name: own, steps: steps('x') },
+    });
+    assert.equal(sameInline.status, 200, sameInline.text);
+
+    for (const id of [taskId, inline.body.taskId, byHost.body.taskId, inlineId]) {
       assert.equal((await send('alice', 'post', `/v1/tasks/${id}/cancel`, {})).status, 202);
     }
   });

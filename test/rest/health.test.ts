@@ -90,6 +90,19 @@ describe('REST: health, readiness, OpenAPI', () => {
     const task = doc.components.schemas.TaskResource;
     assert.ok(task.properties.queue && task.properties.attempts);
     assert.equal(JSON.stringify(task).includes('leaseId'), false);
+    // The document is not run through the redacting replacer: a property named like a secret stays.
+    const enroll = doc.components.schemas.EnrollHostBody;
+    assert.ok(enroll.required.includes('keys'));
+    assert.ok(enroll.properties.keys, 'EnrollHostBody keeps its required "keys"');
+    assert.deepEqual(Object.keys(enroll.properties.keys.properties).sort(), ['box', 'signing']);
+    // Every required property of every object schema is described (else the schema is unsatisfiable).
+    const objects: { required?: string[]; properties?: Record<string, unknown> }[] = [];
+    JSON.stringify(doc, (_k, v: unknown) => {
+      if (v && typeof v === 'object' && Array.isArray((v as { required?: unknown }).required)) objects.push(v as never);
+      return v;
+    });
+    for (const o of objects)
+      for (const r of o.required ?? []) assert.ok(o.properties?.[r], `required ${r} not described`);
   });
 
   it('unknown routes are 404 problems; known routes still need a token', async () => {

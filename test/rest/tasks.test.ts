@@ -7,7 +7,10 @@ import assert from 'node:assert/strict';
 import { request as httpRequest, type ClientRequest, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import request from 'supertest';
+import { EventEmitter } from 'node:events';
+import type { Request, Response } from 'express';
 import { FleetClient } from '../../control-plane/client';
+import { openEventStreams, streamTaskEvents } from '../../control-plane/rest/tasks/events';
 import type { TaskView } from '../../workflows/types';
 import { FleetStatus } from '../../workflows/search-attributes';
 import { eventually, uid } from '../helpers/fleet';
@@ -24,6 +27,30 @@ import {
 } from './helpers';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A stream opened by hand (node:http), collecting its text; resolves `firstTask` on the first task event. */
+const openStream = (server: Server, taskId: string) => {
+  const { port } = server.address() as AddressInfo;
+  let text = '';
+  let firstTask!: () => void;
+  const gotTask = new Promise<void>((r) => (firstTask = r));
+  let ended!: (t: string) => void;
+  const done = new Promise<string>((r) => (ended = r));
+  const req = httpRequest(
+    { port, path: `/v1/tasks/${taskId}/events`, headers: { Authorization: auth('alice')[1] } },
+    (res) => {
+      res.setEncoding('utf8');
+      res.on('data', (chunk: string) => {
+        text += chunk;
+        if (text.includes('event: task')) firstTask();
+      });
+      res.on('end', () => ended(text));
+    },
+  );
+  req.on('error', () => undefined);
+  req.end();
+  return { req, gotTask, done, text: () => text };
+};
 
 describe('REST: tasks', () => {
   let rf: RestFleet;
@@ -426,6 +453,113 @@ describe('REST: tasks', () => {
       await new Promise((r) => server.close(r));
     }
   });
+  it('a client that disconnects during the access check gets no stream: nothing polls for it', async () => {
+    class SlowFleet extends FleetClient {
+      finds = 0;
+      gets = 0;
+      override async find(taskId: string, opts: { liveTimeoutMs: number }): Promise<TaskView | undefined> {
+        if (++this.finds === 1) await sleep(800); // the access check, like a worker that answers late
+        return super.find(taskId, opts);
+      }
+      /** Every read of the task, the access check's (find) and a stream's polls, goes through here. */
+      override async get(taskId: string, opts?: { timeoutMs?: number }): Promise<TaskView> {
+        this.gets++;
+        return super.get(taskId, opts);
+      }
+    }
+    const slow = new SlowFleet(rf.f.client, rf.f.config);
+    const server: Server = rf.appWith(slow, { ssePollMs: 50, sseKeepAliveMs: 50 }).listen(0);
+    try {
+      const t = await post('alice', { goal: 'waits forever', constraints: { driverType: 'ios' } });
+      const streams = openEventStreams();
+      const s = openStream(server, t.body.taskId);
+      await eventually(async () => (slow.finds === 1 ? true : undefined), 'the access check runs', 5_000, 10);
+      s.req.destroy();
+      await sleep(1_500); // the check answers at 800 ms; a stream would have polled ~10 times since
+      assert.deepEqual([slow.finds, slow.gets], [1, 1], 'no polls for a client that went away during the access check');
+      assert.equal(openEventStreams(), streams);
+      assert.equal((await cancel('alice', t.body.taskId)).status, 202);
+    } finally {
+      await new Promise((r) => server.close(r));
+    }
+  });
+
+  it('an event stream queues nothing more for a client that does not read, and ends past the bound', async () => {
+    const t = await post('alice', { goal: 'waits forever', constraints: { driverType: 'ios' } });
+    /** A response whose socket never drains by itself. */
+    class StuckResponse extends EventEmitter {
+      chunks: string[] = [];
+      writableNeedDrain = false;
+      writableLength = 0;
+      destroyed = false;
+      ended = false;
+      status() {
+        return this;
+      }
+      set() {
+        return this;
+      }
+      flushHeaders() {}
+      write(chunk: string) {
+        this.chunks.push(chunk);
+        this.writableLength += chunk.length;
+        this.writableNeedDrain = true;
+        return false;
+      }
+      drain() {
+        this.writableLength = 0;
+        this.writableNeedDrain = false;
+        this.emit('drain');
+      }
+      end() {
+        this.ended = true;
+        this.emit('close');
+      }
+      destroy() {
+        this.destroyed = true;
+        this.emit('close');
+      }
+    }
+    const req = { originalUrl: '/x', socket: { destroyed: false } } as unknown as Request;
+    const deps = (maxBuffered: number, keepAliveMs: number) => ({
+      fleet: rf.f.fleet,
+      client: rf.f.client,
+      config: rf.f.config,
+      tokens: [],
+      definitions: rf.definitions,
+      options: { ssePollMs: 20, sseKeepAliveMs: keepAliveMs, sseMaxBufferedBytes: maxBuffered },
+    });
+
+    const stuck = new StuckResponse();
+    const streams = openEventStreams();
+    await streamTaskEvents(deps(1024 * 1024, 10), req, stuck as unknown as Response, t.body.taskId);
+    await sleep(400);
+    assert.deepEqual(stuck.chunks, ['retry: 2000\n\n'], 'nothing is queued while the socket has not drained');
+    assert.equal(openEventStreams(), streams + 1);
+    stuck.emit('close');
+    assert.equal(openEventStreams(), streams);
+
+    // Without keep-alives (this fake takes one write per drain, which a keep-alive could take first),
+    // the latest view goes out once the socket drains.
+    const slow = new StuckResponse();
+    await streamTaskEvents(deps(1024 * 1024, 60_000), req, slow as unknown as Response, t.body.taskId);
+    await sleep(200);
+    assert.deepEqual(slow.chunks, ['retry: 2000\n\n']);
+    slow.drain();
+    await eventually(
+      async () => (slow.chunks.some((c) => c.includes('event: task')) ? true : undefined),
+      'sent after drain',
+    );
+    assert.equal(slow.chunks.length, 2);
+    slow.emit('close');
+    assert.equal(openEventStreams(), streams);
+
+    const tiny = new StuckResponse();
+    await streamTaskEvents(deps(8, 60_000), req, tiny as unknown as Response, t.body.taskId);
+    assert.equal(tiny.destroyed, true, 'past the bound the stream ends');
+    assert.equal(openEventStreams(), streams);
+    assert.equal((await cancel('alice', t.body.taskId)).status, 202);
+  });
 });
 
 describe('REST: a full queue', () => {
@@ -529,6 +663,11 @@ describe('REST: with no control-plane worker running', () => {
       'forbidden',
     );
 
+    // The event stream reads like GET: the task as recorded, and it keeps going until a worker runs.
+    const server: Server = rf.app.listen(0);
+    const stream = openStream(server, running);
+    await stream.gotTask;
+
     const cancelled = await call('post', `/v1/tasks/${running}/cancel`);
     assert.equal(cancelled.status, 202, cancelled.text);
     assert.equal(cancelled.body.cancelRequested, true);
@@ -546,6 +685,57 @@ describe('REST: with no control-plane worker running', () => {
     await rf.f.startControlPlane();
     const after = await rf.f.waitForStatus(running, 'cancelled', 60_000);
     assert.equal(after.attempts.length, 1);
+    try {
+      const events = parseSse(await stream.done);
+      assert.deepEqual(
+        events.filter((e) => e.event === 'error'),
+        [],
+      );
+      const views = events.filter((e) => e.event === 'task').map((e) => JSON.parse(e.data));
+      assert.equal(views[0].status, 'running');
+      assert.match(views[0].incomplete, /no control-plane worker answered/);
+      assert.equal(views[views.length - 1].status, 'cancelled');
+      assert.deepEqual(JSON.parse(events[events.length - 1].data), { taskId: running, status: 'cancelled' });
+    } finally {
+      await new Promise((r) => server.close(r));
+    }
     assert.equal((await rf.f.fleet.wait(pending.body.taskId, { timeoutMs: 60_000 })).status, 'done');
+  });
+
+  it('concurrent submits of one Idempotency-Key pending admission: only the same request gets 202, others 409', async function () {
+    this.timeout(120_000);
+    /** Lets the submits through only once all of them passed the look for an existing task. */
+    class BarrierFleet extends FleetClient {
+      arrived = 0;
+      private open!: () => void;
+      private readonly all = new Promise<void>((r) => (this.open = r));
+      override async submit(...args: Parameters<FleetClient['submit']>): Promise<TaskView> {
+        if (++this.arrived === 3) this.open();
+        await this.all;
+        return super.submit(...args);
+      }
+    }
+    const barrier = new BarrierFleet(rf.f.client, rf.f.config);
+    const app = rf.appWith(barrier, { admissionTimeoutMs: 2_000 });
+    const key = uid('race');
+    const submit = (who: Who, goal: string) =>
+      callAs(app, who, 'post', '/v1/tasks').set('Idempotency-Key', key).send({ goal });
+    await rf.f.stopControlPlane();
+    try {
+      const answers = await Promise.all([
+        submit('alice', 'race [sim duration=50]'),
+        submit('alice', 'another [sim duration=50]'),
+        submit('bob', 'race [sim duration=50]'),
+      ]);
+      assert.equal(barrier.arrived, 3);
+      const statuses = answers.map((r) => r.status).sort();
+      assert.deepEqual(statuses, [202, 409, 409], answers.map((r) => r.text).join('\n'));
+      const won = answers.find((r) => r.status === 202)!;
+      assert.equal(won.body.taskId, key);
+      for (const r of answers.filter((a) => a.status === 409)) assertProblem(r, 409, 'idempotency-conflict');
+    } finally {
+      await rf.f.startControlPlane();
+    }
+    assert.equal((await rf.f.fleet.wait(key, { timeoutMs: 60_000 })).status, 'done');
   });
 });

@@ -47,8 +47,7 @@ export function tasksRouter(deps: RestDeps): Router {
 
   r.get('/:id/events', validate(ById), async (req, res) => {
     const { params } = parsed(res, ById);
-    await getTaskFor(deps, principalOf(res), params.id);
-    await streamTaskEvents(deps, req, res, params.id);
+    await streamTaskEvents(deps, req, res, params.id, () => getTaskFor(deps, principalOf(res), params.id));
   });
 
   r.post('/:id/cancel', requireRole('admin', 'submitter'), validate(ById), async (_req, res) => {

@@ -134,14 +134,22 @@ export async function submitTask(
   };
   // Validates everything (ValidationError: 400) before anything reaches Temporal.
   const input = deps.fleet.buildInput(request);
-  const same = (v: TaskView): boolean => requestDifferences(v, input, byName).length === 0;
+  // A repeat by name compares by the name alone only with a task itself submitted by name (its steps
+  // were snapshotted from a store that may have changed since); one submitted with its steps inline
+  // is different work from whatever the name means now. A task recorded before the start said how
+  // it was submitted is compared by name, as before.
+  const same = async (v: TaskView): Promise<boolean> => {
+    if (requestDifferences(v, input, false).length === 0) return true;
+    const lenient = byName && (v.work.kind !== 'workflow' || (await deps.fleet.submittedByName(v.taskId)) !== false);
+    return requestDifferences(v, input, lenient).length === 0;
+  };
   const conflict = () =>
     new HttpProblem('idempotencyConflict', `task id ${input.taskId} was already used for a different request`);
 
   if (taskId !== undefined) {
     const existing = await findTask(deps, taskId);
     if (existing && existing.status !== 'rejected') {
-      if (!same(existing)) throw conflict();
+      if (!(await same(existing))) throw conflict();
       return { view: existing, created: false };
     }
   }
@@ -149,17 +157,22 @@ export async function submitTask(
   try {
     view = await deps.fleet.submit(
       { ...request, taskId: input.taskId },
-      { admissionTimeoutMs: deps.options?.admissionTimeoutMs ?? DEFAULT_ADMISSION_TIMEOUT_MS },
+      {
+        admissionTimeoutMs: deps.options?.admissionTimeoutMs ?? DEFAULT_ADMISSION_TIMEOUT_MS,
+        definitionByName: byName,
+      },
     );
   } catch (err) {
     if (!(err instanceof AdmissionPendingError)) throw err;
     // Started and kept, not answered yet: 202, and the caller follows it by GET (or submits again).
     // As recorded: the pool did not answer, so a live view would most likely wait in vain too.
+    // USE_EXISTING may have attached this submit to a concurrent one's run: the same check as below.
     const started = await deps.fleet.recorded(input.taskId);
+    if (!(await same(started))) throw conflict();
     return { view: started, created: true, pending: true };
   }
   // Two first submissions racing: the loser attached to the winner's task.
-  if (!same(view)) throw conflict();
+  if (!(await same(view))) throw conflict();
   return { view, created: true };
 }
 
