@@ -83,16 +83,16 @@ export class TaskEndedError extends Error {
     super(`task ${taskId} already ended with status ${status}: nothing to cancel`);
   }
 }
-/**
- * `submit` with `admissionTimeoutMs`: the task was started (it is kept, and shows as queued) but its
- * pool did not answer in time, typically because no control plane runs. It is admitted or refused
- * once one does; submitting the same id again waits again and never starts a second run.
- */
 /** The memo key of a task's start that says whether its definition was submitted by name. */
 const DEFINITION_BY_NAME_MEMO = 'fleetDefinitionByName';
 /** How long a read waits for a control-plane worker before it shows the task as recorded (`find`). */
 export const LIVE_VIEW_TIMEOUT_MS = 8_000;
 
+/**
+ * `submit` with `admissionTimeoutMs`: the task was started (it is kept, and shows as queued) but its
+ * pool did not answer in time, typically because no control plane runs. It is admitted or refused
+ * once one does; submitting the same id again waits again and never starts a second run.
+ */
 export class AdmissionPendingError extends Error {
   override name = 'AdmissionPendingError';
   constructor(
