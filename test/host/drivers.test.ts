@@ -16,24 +16,9 @@ import { groupAlive } from '../../host-worker/process-group';
 import { execArgv } from '../../host-worker/drivers/util';
 import { isValidId } from '../../workflows/ids';
 import type { DeviceSnapshot } from '../../workflows/types';
-import { node, tempDirs } from './helpers';
+import { node, processAlive as running, tempDirs } from './helpers';
 
 const FAKE_ADB = resolve(__dirname, '../fixtures/fake-adb');
-
-/** A live (not zombie) process. */
-function running(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-  } catch {
-    return false;
-  }
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return !/^[ZX]$/.test(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0]);
-  } catch {
-    return false;
-  }
-}
 
 const byId = (devices: DeviceSnapshot[]) => new Map(devices.map((d) => [d.deviceId, d]));
 
