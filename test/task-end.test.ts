@@ -71,6 +71,48 @@ describe('task end: strays released, a retry that cannot be queued fails the tas
     assert.equal((await f.fleet.get(view.taskId)).status, 'cancelled');
   });
 
+  it('The same lease from another device while the attempt runs (a pool round run again) is released, not taken as a repeat', async () => {
+    f = await startFleet('same-lease-other-device');
+    let finish!: () => void;
+    const told = new Promise<void>((r) => (finish = r));
+    const { runners } = recordingRunners({
+      override: async (ctx) => {
+        ctx.started();
+        await told;
+        return { status: 'done', output: 'ran once' };
+      },
+    });
+    await f.addHost('h1', [{ deviceId: 'd1' }], { runners });
+    await eventually(async () => ((await f!.scheduler()).devices.length >= 1 ? true : undefined), 'd1 in the pool');
+    const view = await f.fleet.submit({ goal: 'long' });
+    const running = await f.waitForStatus(view.taskId, 'running');
+    const cur = running.attempts[0];
+    const handle = f.client.workflow.getHandle(taskWorkflowId(view.taskId));
+    const second: Assignment = {
+      taskId: view.taskId,
+      attempt: cur.attempt,
+      leaseId: cur.leaseId,
+      hostId: 'ghost-host',
+      deviceId: 'g1',
+      reservedAt: Date.now(),
+      hostKeys: { signing: '00'.repeat(32), box: '00'.repeat(32) },
+    };
+    await handle.signal(assignmentSignal, second);
+    // The same assignment again from its own device is a repeat: nothing to release for it.
+    await handle.signal(assignmentSignal, { ...second, hostId: cur.hostId, deviceId: cur.deviceId });
+    finish();
+    assert.equal((await f.fleet.wait(view.taskId, { timeoutMs: 60_000 })).status, 'done');
+    const history = await handle.fetchHistory();
+    const released: string[] = [];
+    for (const e of history.events ?? []) {
+      const sig = e.signalExternalWorkflowExecutionInitiatedEventAttributes;
+      if (sig?.signalName !== 'taskReleased' && sig?.signalName !== 'releaseDevice') continue;
+      const r = await decodeFirst<Partial<DeviceReleased>>(f.client, sig.input?.payloads);
+      if (r?.leaseId === cur.leaseId) released.push(`${r.hostId}/${r.deviceId}`);
+    }
+    assert.deepEqual(released.sort(), [`${cur.hostId}/${cur.deviceId}`, 'ghost-host/g1'].sort());
+  });
+
   it('A retry whose scheduler is gone and cannot be started again ends the task as failed (scheduler_unavailable), indexed and recorded', async () => {
     f = await startFleet('retry-enqueue-fails');
     const { runners, calls } = recordingRunners({

@@ -170,6 +170,14 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
     admission ??= a;
     state.admitted = admission.accepted;
   });
+  /**
+   * A repeat of the current assignment comes from the same device. The same lease from another
+   * device is a second hold for this attempt (a pool's round run again after its workflow task was
+   * lost replays its lease ids and may pick another device): a stray, released, or that device
+   * would stay held until its pool's hold sweep. Runs recorded before this took it as a repeat.
+   */
+  const sameDeviceOrOld = (cur: AttemptRecord, a: Assignment): boolean =>
+    (cur.hostId === a.hostId && cur.deviceId === a.deviceId) || !patched('task-stray-same-lease-other-device-v1');
   onSignal(assignmentSignal, (a) => {
     if (earlier(a)) {
       stray.push(a); // released: whatever holds that lease is not for this submission
@@ -180,7 +188,7 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
     state.admitted = admission?.accepted ?? state.admitted;
     if (a.attempt === awaitingAttempt && assignment === undefined && !state.cancelRequested) {
       assignment = a;
-    } else if (!(state.current && state.current.leaseId === a.leaseId)) {
+    } else if (!(state.current && state.current.leaseId === a.leaseId && sameDeviceOrOld(state.current, a))) {
       stray.push(a);
     }
   });
