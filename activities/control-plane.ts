@@ -103,7 +103,9 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
             taskQueue: config.controlTaskQueue,
             args: [{ hostId: req.hostId, deviceId, historyLimit: config.historyLimit }],
             signal: adoptDeviceSignal,
-            signalArgs: [{ by: req.hostId, at: Date.now() }],
+            // The publish's version: the host workflow's clock, which is the server's, as is the
+            // retirement's `at` (a control-plane machine's clock could be behind it).
+            signalArgs: [{ by: req.hostId, at: req.version }],
             staticSummary: `reservations of device ${deviceId} on host ${req.hostId}`,
           }),
         ),

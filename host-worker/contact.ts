@@ -9,7 +9,7 @@
  *
  * So while at least one run depends on it, the host probes the server (`GetSystemInfo`: no
  * history, no billed action) every quarter of the shortest lease held, each probe with a deadline
- * of that period. A run that has had no contact for a whole lease stops its runner: by then no
+ * of half a lease. A run that has had no contact for a whole lease stops its runner: by then no
  * heartbeat of it can have reached the server within the lease, so the server has timed the
  * attempt out (or will before anything the run sends could arrive) and whatever the run produced
  * would be refused anyway. Nothing is probed while the host runs nothing.
@@ -93,7 +93,8 @@ export class ServerContact {
     this.probing = true;
     const sentAt = this.now();
     try {
-      await this.opts.probe(sentAt + this.period());
+      // Half a lease to answer: a slow server is not a lost one (the next probe follows the answer).
+      await this.opts.probe(sentAt + 2 * this.period());
       this.noteContact(sentAt);
       if (this.failing) this.opts.log?.('the Temporal server answers again', {}, 'info');
       this.failing = false;

@@ -125,7 +125,8 @@ describe('task end: strays released, a retry that cannot be queued fails the tas
     await eventually(async () => ((await f!.scheduler()).devices.length >= 1 ? true : undefined), 'd1 in the pool');
     const view = await f.fleet.submit({
       goal: 'flaky',
-      policy: { maxAttempts: 3, backoff: { initialMs: 4_000, multiplier: 1, maxMs: 4_000 } },
+      // Room, on a loaded machine, to catch the backoff and take the scheduler away within it.
+      policy: { maxAttempts: 3, backoff: { initialMs: 10_000, multiplier: 1, maxMs: 10_000 } },
     });
     // Between attempts 1 and 2 (the backoff timer runs).
     const between = await f.waitFor(

@@ -231,6 +231,7 @@ export const retireDeviceSignal = defineSignal<[{ by?: string; at?: number }?]>(
  * for the first time: the host was enrolled anew. A device workflow still retiring (its old host
  * was removed while a lease held it) stops retiring and serves the new enrolment: the lease it
  * holds is kept until released or past its deadline, and only then does it take another. `at`: the
- * control plane's clock; one not newer than the retirement (a payload sent again) changes nothing.
+ * new host workflow's publish version (its workflow clock, the server's, like the retirement's `at`);
+ * one not newer than the retirement (a payload sent again) changes nothing.
  */
 export const adoptDeviceSignal = defineSignal<[{ by: string; at: number }]>('adoptDevice');

@@ -14,6 +14,11 @@ export interface RestOptions {
    * (default 1 MiB); while the socket has not drained, nothing more is queued for it.
    */
   sseMaxBufferedBytes?: number;
+  /**
+   * An event stream whose client takes nothing for this long while data waits for it (its socket
+   * has not drained) is ended, polling included (default 60 s, at least twice sseKeepAliveMs).
+   */
+  sseMaxStallMs?: number;
   /** Request bodies above this are refused with 413 (default 256 KiB). */
   bodyLimitBytes?: number;
   /** Retry-After on 429 queue full (default 5 s). */

@@ -135,7 +135,8 @@ describe('host drivers', () => {
       // The shell starts a child of its own and waits for it: killing only the shell would leave `sleep`.
       const driver = new LocalDriver({
         deviceId: 'box',
-        healthCheck: { command: ['sh', '-c', `sleep 100 & echo "$$ $!" > '${pids}'; wait`], timeoutMs: 300 },
+        // Room for a slow sh to write the pids before the timeout on a loaded machine.
+        healthCheck: { command: ['sh', '-c', `sleep 100 & echo "$$ $!" > '${pids}'; wait`], timeoutMs: 1_500 },
       });
       const t0 = Date.now();
       assert.equal((await driver.discover())[0].health, 'unhealthy');

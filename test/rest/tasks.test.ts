@@ -558,6 +558,19 @@ describe('REST: tasks', () => {
     await streamTaskEvents(deps(8, 60_000), req, tiny as unknown as Response, t.body.taskId);
     assert.equal(tiny.destroyed, true, 'past the bound the stream ends');
     assert.equal(openEventStreams(), streams);
+
+    // A client that stays connected and takes nothing: its stream (and its polling) ends.
+    const stalled = new StuckResponse();
+    const stallDeps = deps(1024 * 1024, 60_000);
+    await streamTaskEvents(
+      { ...stallDeps, options: { ...stallDeps.options, sseMaxStallMs: 200 } },
+      req,
+      stalled as unknown as Response,
+      t.body.taskId,
+    );
+    assert.equal(openEventStreams(), streams + 1);
+    await eventually(async () => (stalled.destroyed ? true : undefined), 'the stalled stream ended', 10_000);
+    assert.equal(openEventStreams(), streams);
     assert.equal((await cancel('alice', t.body.taskId)).status, 202);
   });
 });

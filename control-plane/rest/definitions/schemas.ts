@@ -5,7 +5,8 @@ export const StepSchema = z.strictObject({
   name: z.string().min(1).max(200),
   /** argv: never interpolated into a shell string. */
   command: z.array(z.string().max(10_000)).min(1).max(1_000),
-  timeoutMs: z.number().int().positive().optional(),
+  // A host waits it out with a Node timer, which fires at once past 2^31 - 1 ms.
+  timeoutMs: z.number().int().positive().max(2_147_483_647, 'at most 2147483647 ms (2^31 - 1)').optional(),
 });
 export type Step = z.infer<typeof StepSchema>;
 

@@ -34,6 +34,7 @@ export async function streamTaskEvents(
   const pollMs = deps.options?.ssePollMs ?? 500;
   const keepAliveMs = deps.options?.sseKeepAliveMs ?? 15_000;
   const maxBuffered = deps.options?.sseMaxBufferedBytes ?? DEFAULT_SSE_MAX_BUFFERED_BYTES;
+  const maxStallMs = deps.options?.sseMaxStallMs ?? Math.max(60_000, 2 * keepAliveMs);
 
   let closed = false;
   let started = false;
@@ -73,11 +74,21 @@ export async function streamTaskEvents(
   };
   /**
    * A client that does not read: while the socket has not drained, nothing more is queued (the
-   * latest view is sent once it drains, as only changes are sent); past `maxBuffered` the stream ends.
+   * latest view is sent once it drains, as only changes are sent); a stream stalled for
+   * `maxStallMs`, or with more than `maxBuffered` unread, ends (and its polling with it).
    */
+  let stalledSince: number | undefined;
+  res.on('drain', () => (stalledSince = undefined));
   const write = (chunk: string): boolean => {
     if (closed) return false;
-    if (res.writableNeedDrain) return false;
+    if (res.writableNeedDrain) {
+      stalledSince ??= Date.now();
+      if (Date.now() - stalledSince >= maxStallMs) {
+        stop();
+        res.destroy();
+      }
+      return false;
+    }
     res.write(chunk);
     if (res.writableLength > maxBuffered) {
       stop();
