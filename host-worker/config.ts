@@ -17,6 +17,9 @@ export const MAX_SHUTDOWN_GRACE_MS = 24 * 60 * 60_000;
  */
 export const CONTROL_PLANE_SNAPSHOT_TIMEOUT_MS = 180_000;
 
+/** Default HostOptions.discoveryFailuresBeforeUnhealthy: about 30 s at the default discovery interval. */
+export const DEFAULT_DISCOVERY_FAILURES_BEFORE_UNHEALTHY = 3;
+
 /**
  * Why a config without a `runner` is refused: only the sim driver's devices may default to the
  * simulated runner. A real driver (adb, local) with it would report every task `done` without
@@ -46,6 +49,16 @@ export const HostConfigSchema = z
     snapshotIntervalMs: timerMs().positive().default(60_000),
     /** How often the driver discovers devices; a change goes out in a snapshot at once. */
     discoveryIntervalMs: timerMs().positive().default(10_000),
+    /**
+     * After this many discoveries in a row fail, the devices last seen are reported unhealthy (no
+     * work) until one works again.
+     */
+    discoveryFailuresBeforeUnhealthy: z
+      .number()
+      .int()
+      .min(1)
+      .max(1_000)
+      .default(DEFAULT_DISCOVERY_FAILURES_BEFORE_UNHEALTHY),
     progressIntervalMs: timerMs().positive().default(5_000),
     /** A run shorter than this sends no status report: its signed result says it all (one update less). */
     reportDelayMs: timerMs().nonnegative().default(1_000),

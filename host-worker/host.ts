@@ -27,7 +27,7 @@ import { ServerContact } from './contact';
 import { DeviceClaims } from './claims';
 import type { DeviceDriver } from './drivers';
 import { stillSameProcess, type Journal, type JournalEntry } from './journal';
-import { DEFAULT_SHUTDOWN_GRACE_MS } from './config';
+import { DEFAULT_DISCOVERY_FAILURES_BEFORE_UNHEALTHY, DEFAULT_SHUTDOWN_GRACE_MS } from './config';
 import { ProblemLog, snapshotProblem, type HostLog } from './logging';
 import { capabilityTags, type Runners } from './runners';
 import { createSimRunners } from './sim';
@@ -477,9 +477,6 @@ export async function reconcileJournal(
   }
   return reported;
 }
-
-/** Default HostOptions.discoveryFailuresBeforeUnhealthy: about 30 s at the default discovery interval. */
-export const DEFAULT_DISCOVERY_FAILURES_BEFORE_UNHEALTHY = 3;
 
 /** Default HostOptions.takeoverWaitMs. */
 export const DEFAULT_TAKEOVER_WAIT_MS = 15_000;

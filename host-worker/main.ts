@@ -87,6 +87,7 @@ async function main(): Promise<void> {
     definitions: new Map(Object.entries(config.definitions)),
     snapshotIntervalMs: config.snapshotIntervalMs,
     discoveryIntervalMs: config.discoveryIntervalMs,
+    discoveryFailuresBeforeUnhealthy: config.discoveryFailuresBeforeUnhealthy,
     progressIntervalMs: config.progressIntervalMs,
     reportDelayMs: config.reportDelayMs,
     shutdownGraceMs: config.shutdownGraceMs,

@@ -174,6 +174,15 @@ describe('host driver and runner configuration', () => {
       assert.equal(submit(max).success, true, issues(submit(max)));
       assert.match(issues(submit(max + 1)), /at most 2147483647 ms/);
     });
+    it('discoveryFailuresBeforeUnhealthy: 3 by default, a whole number >= 1', () => {
+      assert.equal(HostConfigSchema.parse(host).discoveryFailuresBeforeUnhealthy, 3);
+      assert.equal(
+        HostConfigSchema.parse({ ...host, discoveryFailuresBeforeUnhealthy: 6 }).discoveryFailuresBeforeUnhealthy,
+        6,
+      );
+      assert.equal(HostConfigSchema.safeParse({ ...host, discoveryFailuresBeforeUnhealthy: 0 }).success, false);
+      assert.equal(HostConfigSchema.safeParse({ ...host, discoveryFailuresBeforeUnhealthy: 1.5 }).success, false);
+    });
     it('shutdownGraceMs: 5000 by default, a non-negative whole number of ms up to a day', () => {
       assert.equal(HostConfigSchema.parse(host).shutdownGraceMs, 5_000);
       assert.equal(HostConfigSchema.parse({ ...host, shutdownGraceMs: 600_000 }).shutdownGraceMs, 600_000);
