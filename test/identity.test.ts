@@ -471,7 +471,14 @@ describe('host identity: forged signals', () => {
     await f.addHost('R', [{ deviceId: 'r1' }]);
     await eventually(async () => ((await f!.scheduler()).devices.length === 1 ? true : undefined), 'R back');
     const pinned = await f.fleet.submit({ goal: 'after [sim duration=50]', constraints: { hostId, deviceId: 'r1' } });
-    await sleep(2_000);
+    // The pool has it queued, and r1 is held (by the old lease) in its view or refused it: it waits.
+    await eventually(async () => {
+      const v = await f!.scheduler();
+      const queued = v.queue.some((q) => q.taskId === pinned.taskId);
+      const r1 = v.devices.find((d) => d.hostId === hostId && d.deviceId === 'r1');
+      return queued && r1 !== undefined ? true : undefined;
+    }, 'the pinned task queued in the pool, with r1 known');
+    await sleep(1_000);
     assert.equal((await f.fleet.get(pinned.taskId)).status, 'queued', 'the old lease is honoured');
     assert.equal((await device.query(deviceStateQuery)).current?.leaseId, lease);
     // Its holder lets go (or the pool's sweep expires it at its deadline): the device serves R again.
@@ -490,7 +497,12 @@ describe('host identity: forged signals', () => {
       signalName: 'retireDevice',
       input: oldRetirement,
     });
-    await sleep(500);
+    // Handled: a workflow task completed after the signal arrived.
+    await eventually(async () => {
+      const events = (await device.fetchHistory()).events ?? [];
+      const at = events.map((e) => e.workflowExecutionSignaledEventAttributes?.signalName).lastIndexOf('retireDevice');
+      return events.slice(at + 1).some((e) => e.workflowTaskCompletedEventAttributes) ? true : undefined;
+    }, 'the old retirement handled');
     assert.equal((await device.query(deviceStateQuery)).retiring, undefined);
     const again = await f.fleet.submit({ goal: 'again [sim duration=50]', constraints: { hostId, deviceId: 'r1' } });
     assert.equal((await f.fleet.wait(again.taskId, { timeoutMs: 30_000 })).status, 'done');

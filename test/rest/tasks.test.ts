@@ -475,7 +475,9 @@ describe('REST: tasks', () => {
       const s = openStream(server, t.body.taskId);
       await eventually(async () => (slow.finds === 1 ? true : undefined), 'the access check runs', 5_000, 10);
       s.req.destroy();
-      await sleep(1_500); // the check answers at 800 ms; a stream would have polled ~10 times since
+      // The check answers (its read is the first `get`); a stream would poll every 50 ms from then on.
+      await eventually(async () => (slow.gets >= 1 ? true : undefined), 'the access check answered', 10_000, 10);
+      await sleep(500);
       assert.deepEqual([slow.finds, slow.gets], [1, 1], 'no polls for a client that went away during the access check');
       assert.equal(openEventStreams(), streams);
       assert.equal((await cancel('alice', t.body.taskId)).status, 202);
