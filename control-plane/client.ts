@@ -45,7 +45,8 @@ import {
   type TaskStatus,
   type TaskView,
 } from '../workflows/types';
-import { initialTaskView, MAX_ATTEMPTS_LIMIT } from '../workflows/policy';
+import { requestDifferences, type TaskRequest } from './requests';
+import { initialTaskView, MAX_ATTEMPTS_LIMIT, MAX_TIMER_MESSAGE, MAX_TIMER_MS } from '../workflows/policy';
 import { taskWorkflowQueue, type ControlPlaneConfig } from './config';
 import { recordsPatch, signalTagFor } from './signal-auth';
 import { SIGNAL_AUTH_PATCH, SIGNAL_NAMES_PATCH } from '../workflows/authenticity';
@@ -136,7 +137,7 @@ export const TaskPolicyOverrideSchema = z.strictObject({
 const StepSchema = z.strictObject({
   name: z.string().min(1).max(200),
   command: z.array(z.string()).min(1),
-  timeoutMs: z.number().int().positive().max(2_147_483_647, 'at most 2147483647 ms (2^31 - 1)').optional(),
+  timeoutMs: z.number().int().positive().max(MAX_TIMER_MS, MAX_TIMER_MESSAGE).optional(),
 });
 
 /** Strict throughout, like the REST schemas: a misspelt field is an error, never silently dropped. */
@@ -492,6 +493,20 @@ export class FleetClient {
       if ((err as Error)?.name === 'WorkflowNotFoundError') throw new TaskNotFoundError(`task ${taskId} not found`);
       throw err;
     }
+  }
+
+  /**
+   * The parts in which the recorded task's request differs from this one (empty: the same request,
+   * a repeat). `byName`: this request names its definition (its steps, if any, come from a store or
+   * the host); it then compares by the name alone, but only with a task itself submitted by name,
+   * or started before that was recorded: one submitted with its steps inline is other work than
+   * whatever the name means now.
+   */
+  async requestDifferences(recorded: TaskView, request: TaskRequest, byName: boolean): Promise<string[]> {
+    const exact = requestDifferences(recorded, request, false);
+    if (exact.length === 0 || !byName) return exact;
+    if (recorded.work.kind === 'workflow' && (await this.submittedByName(recorded.taskId)) === false) return exact;
+    return requestDifferences(recorded, request, true);
   }
 
   /**

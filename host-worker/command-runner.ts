@@ -378,8 +378,6 @@ function lastLine(text: string): string {
 // ---------------------------------------------------------------------------------------------
 // Process groups: host-worker/process-group.ts (the drivers' commands use them too).
 
-export { groupAlive, terminateProcessGroup } from './process-group';
-
 function delay(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }

@@ -5,6 +5,7 @@
  */
 import { z } from 'zod';
 import { ID_RULE, isValidId } from '../workflows/ids';
+import { MAX_TIMER_MESSAGE, MAX_TIMER_MS } from '../workflows/policy';
 
 const id = z.string().refine(isValidId, { message: ID_RULE });
 const tag = z.string().min(1);
@@ -12,22 +13,11 @@ const argv = z.array(z.string()).min(1);
 const exitCode = z.number().int().min(0).max(255);
 
 /**
- * The longest delay Node's timers take (2^31 - 1 ms, about 24.8 days): setTimeout, and execFile's
- * `timeout`, turn anything longer into about 1 ms, so a larger setting would fire at once.
- */
-export const MAX_TIMER_MS = 2_147_483_647;
-
-/**
  * Whole milliseconds that a Node timer will wait: at most MAX_TIMER_MS. Chain `.positive()` or
  * `.nonnegative()` as the field needs. Every host setting that becomes a timer is one of these.
  */
 export function timerMs() {
-  return z
-    .number()
-    .int()
-    .max(MAX_TIMER_MS, {
-      message: `at most ${MAX_TIMER_MS} ms (2^31 - 1, about 24.8 days): Node fires a longer timer at once`,
-    });
+  return z.number().int().max(MAX_TIMER_MS, MAX_TIMER_MESSAGE);
 }
 
 // Drivers -------------------------------------------------------------------------------------

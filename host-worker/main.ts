@@ -7,7 +7,7 @@ import { parseArgs } from 'node:util';
 import { Runtime } from '@temporalio/worker';
 import { connectClient, connectWorker, temporalSettingsFromEnv } from '../control-plane/connection';
 import { createLog, parseLevelStrict, SdkJsonLogger } from '../control-plane/log';
-import { hostConfigWarnings, loadHostConfig, missingRunnerProblem } from './config';
+import { hostConfigWarnings, loadHostConfig } from './config';
 import { createDriver, createRunners } from './factory';
 import { DEFAULT_TAKEOVER_WAIT_MS, startHost } from './host';
 import { loadHostCredential } from './identity';
@@ -59,10 +59,6 @@ async function main(): Promise<void> {
     config.driver.type === 'sim'
       ? { defaultDurationMs: config.driver.defaultDurationMs, defaultOutcome: config.driver.defaultOutcome }
       : undefined;
-  // The config schema already refuses a real driver without a runner; this keeps main from ever
-  // falling back to the simulator for one.
-  const missingRunner = missingRunnerProblem(config);
-  if (missingRunner) throw new Error(`invalid host config: runner: ${missingRunner}`);
   const runners = createRunners(config.runner ?? { type: 'sim' }, config.definitions, {
     simDefaults,
     // Record the runner's process group, so a restarted host can stop what it left behind.

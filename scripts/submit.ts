@@ -26,7 +26,6 @@ import { connectClient, TemporalSettingsError, temporalSettingsFromEnv } from '.
 import { signalKeysFromEnv } from '../control-plane/signal-auth';
 import { grpcCodes } from '../control-plane/rest/problem';
 import { presentTask } from '../control-plane/rest/tasks/present';
-import { requestDifferences } from '../control-plane/requests';
 import type { TaskView } from '../workflows/types';
 
 export const USAGE =
@@ -129,13 +128,10 @@ export async function submitScript(argv: string[], io: SubmitIo, connect: () => 
     conn = await connect();
     const { fleet } = conn;
     const input = fleet.buildInput(request); // ValidationError before anything reaches Temporal
-    // By name only with a task itself submitted by name: one submitted with its steps inline (REST)
-    // is different work from a host's definition of that name.
+    // A definition named here is the host's: by name, unless the task was submitted with its steps
+    // inline (REST), which is different work (FleetClient.requestDifferences).
     const refuseIfDifferent = async (v: TaskView) => {
-      const byName =
-        requestDifferences(v, input, false).length > 0 &&
-        (v.work.kind !== 'workflow' || (await fleet.submittedByName(v.taskId)) !== false);
-      const differs = requestDifferences(v, input, byName);
+      const differs = await fleet.requestDifferences(v, input, true);
       if (differs.length > 0) throw new TaskIdConflictError(input.taskId, differs);
     };
 

@@ -20,6 +20,13 @@ export const RESERVATION_SAFETY_MS = 5_000;
 export const MAX_PROGRESS_REPORTS = 1_000;
 /** Upper bound on maxAttempts, so a task's history stays bounded. */
 export const MAX_ATTEMPTS_LIMIT = 100;
+/**
+ * The longest delay Node's timers take (2^31 - 1 ms, about 24.8 days): setTimeout, and execFile's
+ * `timeout`, turn anything longer into about 1 ms. Every setting a host waits out with a timer
+ * (host config, a step's timeoutMs however it arrives) is bounded by it.
+ */
+export const MAX_TIMER_MS = 2_147_483_647;
+export const MAX_TIMER_MESSAGE = `at most ${MAX_TIMER_MS} ms (2^31 - 1, about 24.8 days): Node fires a longer timer at once`;
 
 export function reservationHoldMs(policy: TaskPolicy): number {
   return policy.ackTimeoutMs + policy.executionTimeoutMs + RESERVATION_GRACE_MS;

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { MAX_TIMER_MESSAGE, MAX_TIMER_MS } from '../../../workflows/policy';
 import { IdSchema, TimestampSchema } from '../schemas';
 
 export const StepSchema = z.strictObject({
@@ -6,7 +7,7 @@ export const StepSchema = z.strictObject({
   /** argv: never interpolated into a shell string. */
   command: z.array(z.string().max(10_000)).min(1).max(1_000),
   // A host waits it out with a Node timer, which fires at once past 2^31 - 1 ms.
-  timeoutMs: z.number().int().positive().max(2_147_483_647, 'at most 2147483647 ms (2^31 - 1)').optional(),
+  timeoutMs: z.number().int().positive().max(MAX_TIMER_MS, MAX_TIMER_MESSAGE).optional(),
 });
 export type Step = z.infer<typeof StepSchema>;
 

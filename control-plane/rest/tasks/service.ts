@@ -5,7 +5,6 @@
 import type { Client } from '@temporalio/client';
 import type { SchedulerView } from '../../../workflows/messages';
 import { AdmissionPendingError, LIVE_VIEW_TIMEOUT_MS, TaskEndedError, type SubmitRequest } from '../../client';
-import { requestDifferences } from '../../requests';
 import type { ControlPlaneConfig } from '../../config';
 import type { TaskPolicy, TaskView } from '../../../workflows/types';
 import { assertMayAccessTask, type Principal } from '../auth';
@@ -134,15 +133,10 @@ export async function submitTask(
   };
   // Validates everything (ValidationError: 400) before anything reaches Temporal.
   const input = deps.fleet.buildInput(request);
-  // A repeat by name compares by the name alone only with a task itself submitted by name (its steps
-  // were snapshotted from a store that may have changed since); one submitted with its steps inline
-  // is different work from whatever the name means now. A task recorded before the start said how
-  // it was submitted is compared by name, as before.
-  const same = async (v: TaskView): Promise<boolean> => {
-    if (requestDifferences(v, input, false).length === 0) return true;
-    const lenient = byName && (v.work.kind !== 'workflow' || (await deps.fleet.submittedByName(v.taskId)) !== false);
-    return requestDifferences(v, input, lenient).length === 0;
-  };
+  // By name (a stored definition's steps were snapshotted from a store that may have changed since)
+  // only against a task itself submitted by name: FleetClient.requestDifferences.
+  const same = async (v: TaskView): Promise<boolean> =>
+    (await deps.fleet.requestDifferences(v, input, byName)).length === 0;
   const conflict = () =>
     new HttpProblem('idempotencyConflict', `task id ${input.taskId} was already used for a different request`);
 
