@@ -9,7 +9,14 @@ import { ApplicationFailure } from '@temporalio/common';
 import { schedulerInput, type ControlPlaneConfig } from '../control-plane/config';
 import type { deviceWorkflow } from '../workflows/device';
 import { deviceWorkflowId, hostWorkflowId, schedulerWorkflowId } from '../workflows/ids';
-import { adoptDeviceSignal, hostDevicesSignal, type HostDevicesUpdate } from '../workflows/messages';
+import {
+  adoptDeviceSignal,
+  hostDevicesSignal,
+  republishHostSignal,
+  requeueTaskSignal,
+  type HostDevicesUpdate,
+} from '../workflows/messages';
+import { FleetKind, FleetPool, visibilityString } from '../workflows/search-attributes';
 import type { schedulerWorkflow } from '../workflows/scheduler';
 import type { DeviceSnapshot } from '../workflows/types';
 import type { HostPublicKeys } from '../workflows/identity';
@@ -47,6 +54,58 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
         workflowIdConflictPolicy: 'USE_EXISTING',
         staticSummary: `scheduler of pool ${pool}`,
       });
+    },
+
+    /**
+     * A pool's scheduler started anew (no state carried in) knows neither its queue nor its
+     * devices. When this is not the pool's first scheduler (another run of its id is on record, or
+     * tasks of the pool are running), every running task of the pool is asked to enqueue again
+     * (one that waits for an admission or a device does; the others ignore it) and every running
+     * host to publish its devices again (one that publishes to this pool does). A brand-new pool
+     * asks only the hosts indexed under it. Signals sent twice (this activity retried) change
+     * nothing more. Returns how many of each were asked.
+     */
+    async recoverPool(pool: string): Promise<{ tasks: number; hosts: number }> {
+      const ctx = Context.current();
+      const self = ctx.info.workflowExecution;
+      if (!self) throw ApplicationFailure.nonRetryable('recoverPool runs only for a scheduler workflow');
+      const reason = `the scheduler of pool ${pool} started anew (run ${self.runId})`;
+      const running = `ExecutionStatus = 'Running'`;
+      const ids = async (query: string): Promise<string[]> => {
+        const out: string[] = [];
+        for await (const wf of client.workflow.list({ query })) {
+          out.push(wf.workflowId);
+          if (out.length % 500 === 0) ctx.heartbeat();
+        }
+        return out;
+      };
+      const tell = async (workflowIds: string[], send: (id: string) => Promise<void>): Promise<void> => {
+        for (let i = 0; i < workflowIds.length; i += RECOVERY_PARALLEL) {
+          await Promise.all(
+            workflowIds.slice(i, i + RECOVERY_PARALLEL).map((id) =>
+              send(id).catch((err: unknown) => {
+                if (!(err instanceof WorkflowNotFoundError)) throw err; // ended meanwhile: nothing to tell
+              }),
+            ),
+          );
+          ctx.heartbeat();
+        }
+      };
+      const p = visibilityString(pool);
+      const tasks = await ids(`${FleetKind.name} = 'task' AND ${FleetPool.name} = ${p} AND ${running}`);
+      const before =
+        tasks.length > 0 ||
+        (
+          await client.workflow.count(
+            `WorkflowId = ${visibilityString(self.workflowId)} AND RunId != ${visibilityString(self.runId)}`,
+          )
+        ).count > 0;
+      const hosts = await ids(
+        `${FleetKind.name} = 'host' AND ${running}` + (before ? '' : ` AND ${FleetPool.name} = ${p}`),
+      );
+      await tell(hosts, (id) => client.workflow.getHandle(id).signal(republishHostSignal, { pool, reason }));
+      await tell(tasks, (id) => client.workflow.getHandle(id).signal(requeueTaskSignal, { pool, reason }));
+      return { tasks: tasks.length, hosts: hosts.length };
     },
 
     /**
@@ -135,6 +194,9 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
     },
   };
 }
+
+/** How many signals `recoverPool` has on their way at once. */
+const RECOVERY_PARALLEL = 16;
 
 export type ControlPlaneActivities = ReturnType<typeof createControlPlaneActivities>;
 

@@ -34,6 +34,7 @@ import {
   FleetKind,
   FleetPool,
   FleetStatus,
+  visibilityString,
 } from '../workflows/search-attributes';
 import type { taskWorkflow } from '../workflows/task';
 import {
@@ -186,7 +187,6 @@ export interface ListFilter {
   limit?: number;
 }
 
-const quote = (v: string) => `"${v.replace(/["\\]/g, '')}"`;
 
 export class FleetClient {
   private readonly superseded: SupersededRuns;
@@ -647,10 +647,10 @@ export class FleetClient {
 
   async list(filter: ListFilter = {}): Promise<TaskSummary[]> {
     const clauses = [`FleetKind = 'task'`];
-    if (filter.status) clauses.push(`FleetStatus = ${quote(filter.status)}`);
-    if (filter.pool) clauses.push(`FleetPool = ${quote(filter.pool)}`);
-    if (filter.hostId) clauses.push(`FleetHostId = ${quote(filter.hostId)}`);
-    if (filter.deviceId) clauses.push(`FleetDeviceId = ${quote(filter.deviceId)}`);
+    if (filter.status) clauses.push(`FleetStatus = ${visibilityString(filter.status)}`);
+    if (filter.pool) clauses.push(`FleetPool = ${visibilityString(filter.pool)}`);
+    if (filter.hostId) clauses.push(`FleetHostId = ${visibilityString(filter.hostId)}`);
+    if (filter.deviceId) clauses.push(`FleetDeviceId = ${visibilityString(filter.deviceId)}`);
     const out: TaskSummary[] = [];
     for await (const wf of this.client.workflow.list({ query: clauses.join(' AND ') })) {
       const sa = wf.typedSearchAttributes;

@@ -20,7 +20,7 @@ import { temporal } from '@temporalio/proto';
 import { Worker } from '@temporalio/worker';
 import { enrollHost, sendHostChange } from '../control-plane/hosts';
 import { parseSignalKeys } from '../control-plane/signal-auth';
-import { controlPlaneDataConverter } from '../control-plane/worker';
+import { controlPlaneDataConverter, ensurePools } from '../control-plane/worker';
 import { generateHostCredential, publicKeys } from '../host-worker/identity';
 import { deviceWorkflowId, hostWorkflowId, schedulerWorkflowId, taskWorkflowId } from '../workflows/ids';
 import { hostStateQuery, registerHostKeysSignal, retireHostSignal, setDeviceDrainSignal } from '../workflows/messages';
@@ -151,6 +151,18 @@ describe('replay: workflow code reproduces its recorded histories', () => {
     const plain = await g.fleet.submit({ goal: 'plain [sim duration=1]' });
     await g.waitForStatus(plain.taskId, 'done');
 
+    // g's scheduler is terminated with a task queued in it and started anew: the new run asks its
+    // tasks to enqueue again and its hosts to publish again (recoverPool).
+    const stranded = await g.fleet.submit({ goal: 'stranded [sim duration=1]', constraints: { driverType: 'nowhere' } });
+    await g.client.workflow.getHandle(schedulerWorkflowId(g.pool)).terminate('replay scenario: scheduler lost');
+    await ensurePools(g.client, g.config);
+    await eventually(async () => {
+      const v = await g.scheduler();
+      return v.devices.length > 0 && v.queue.some((q) => q.taskId === stranded.taskId) ? true : undefined;
+    }, "g's new scheduler run knows d1 and the stranded task");
+    await g.fleet.cancel(stranded.taskId);
+    await g.waitForStatus(stranded.taskId, 'cancelled');
+
     // Operator key traffic on g's h1: other keys without rotate (ignored), then a rotation.
     const hostG1 = g.client.workflow.getHandle(hostWorkflowId(g.hostId('h1')));
     const rotatedTo = publicKeys(generateHostCredential(g.hostId('h1')));
@@ -170,7 +182,7 @@ describe('replay: workflow code reproduces its recorded histories', () => {
       );
     }
 
-    const taskIds = [...Object.values(tasks).map((t) => t.taskId), queued.taskId, lost.taskId, ...more, plain.taskId];
+    const taskIds = [...Object.values(tasks).map((t) => t.taskId), queued.taskId, lost.taskId, ...more, plain.taskId, stranded.taskId];
     const hosts = ['h1', 'h2', 'h3'].map((h) => hostWorkflowId(f.hostId(h)));
     const ids = [scheduler, ...hosts, ...devices, schedulerWorkflowId(g.pool)];
     ids.push(hostWorkflowId(g.hostId('h1')), deviceWorkflowId(g.hostId('h1'), 'd1'));

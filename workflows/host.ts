@@ -47,6 +47,7 @@ import {
   hostSnapshotUpdate,
   hostStateQuery,
   reconfirmHostSignal,
+  republishHostSignal,
   registerHostKeysSignal,
   retireDeviceSignal,
   retireHostSignal,
@@ -90,6 +91,8 @@ export interface HostInput {
     ensured: string[];
     publishedPools: string[];
     lastPublished: string;
+    /** A republish asked for and not yet done when the run rolled over. */
+    republish?: boolean;
     reconfirmAt?: number;
   };
 }
@@ -149,6 +152,8 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
   const ensured = new Set<string>(input.carried?.ensured ?? []);
   let publishedPools = new Set<string>(input.carried?.publishedPools ?? []);
   let lastPublished = input.carried?.lastPublished ?? '';
+  /** A pool started anew asked for everything again: the next turn publishes even if nothing changed. */
+  let republish = input.carried?.republish ?? false;
   /** A pool presumes this host lost since then: republish once a snapshot verified after it arrives. */
   let reconfirmAt = input.carried?.reconfirmAt;
   let beats = 0;
@@ -237,6 +242,13 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
     log.info('a pool presumes this host lost; republishing after its next snapshot', { hostId, reason });
     reconfirmAt = Math.max(reconfirmAt ?? 0, Date.now());
   });
+  // A pool whose scheduler started anew knows no devices: publish everything again, now.
+  onSignal(republishHostSignal, ({ pool, reason }) => {
+    if (!publishedPools.has(pool)) return;
+    log.info('publishing the devices again to a pool that started anew', { hostId, pool, reason });
+    republish = true;
+    beats++;
+  });
   onSignal(retireHostSignal, ({ reason, ...ref }) => {
     if (view.retired || !adminChange(retireHostSignal.name, ref)) return;
     log.info('host removed by an operator: its devices leave the pools', { hostId, reason });
@@ -262,7 +274,8 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
     const relevant = assignmentRelevant(view);
     const seenAt = view.lastSeenAt ?? 0;
     const reconfirmed = reconfirmAt !== undefined && seenAt > reconfirmAt;
-    if (relevant === lastPublished && !reconfirmed) return;
+    if (relevant === lastPublished && !reconfirmed && !republish) return;
+    republish = false; // asked again while this publish is on its way: the next turn publishes again
     // The version pools order this host's publications by (they drop one not newer than the last
     // they applied): the workflow clock, so a host removed and enrolled again, which starts a new
     // workflow, still publishes above anything the removed one sent. Never smaller than before
@@ -497,6 +510,13 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
     ...input,
     // The next run indexes the pool the host is in now, not the one it was enrolled with.
     pool: view.pool,
-    carried: { view, ensured: [...ensured], publishedPools: [...publishedPools], lastPublished, reconfirmAt },
+    carried: {
+      view,
+      ensured: [...ensured],
+      publishedPools: [...publishedPools],
+      lastPublished,
+      reconfirmAt,
+      ...(republish ? { republish } : {}),
+    },
   });
 }

@@ -134,6 +134,12 @@ export interface Admission {
 }
 export const admissionSignal = defineSignal<[Admission]>('admission');
 export const assignmentSignal = defineSignal<[Assignment]>('assignment');
+/**
+ * Control plane -> task, when its pool's scheduler started anew and so lost its queue: a task that
+ * waits for its admission or for a device sends its enqueue again (the pool keeps one entry per
+ * task). Any other task ignores it.
+ */
+export const requeueTaskSignal = defineSignal<[{ pool: string; reason: string }]>('requeueTask');
 /** Host -> task: claimed / started / progress, fenced by attempt and leaseId (validator rejects stale reports). */
 export const reportAttemptUpdate = defineUpdate<{ accepted: true }, [AttemptReport]>('reportAttempt');
 export const taskStateQuery = defineQuery<TaskView>('taskState');
@@ -200,6 +206,12 @@ export const hostSnapshotUpdate = defineUpdate<{ accepted: true }, [SignedSnapsh
  * workflow republishes after the next verified snapshot, which proves the host is alive.
  */
 export const reconfirmHostSignal = defineSignal<[{ reason: string; at: number }]>('reconfirmHost');
+/**
+ * Control plane -> host, when a pool's scheduler started anew (its previous run terminated or
+ * failed, so it knows no devices): publish the devices again, at once, if this host publishes to
+ * that pool. Changes nothing else.
+ */
+export const republishHostSignal = defineSignal<[{ pool: string; reason: string }]>('republishHost');
 /**
  * What an operator's change to a host names (control-plane/hosts.ts, `hostAdminSignal`): the
  * enrolment it is for (`HostView.enrolment`: a host removed and enrolled again is another), and a

@@ -14,6 +14,7 @@ import {
   getExternalWorkflowHandle,
   log,
   patched,
+  proxyActivities,
   proxyLocalActivities,
   setCurrentDetails,
   setHandler,
@@ -88,6 +89,13 @@ interface Held {
 const { sendSignals } = proxyLocalActivities<ReturnType<typeof controlActivities.createControlPlaneActivities>>({
   startToCloseTimeout: '60s',
   retry: { initialInterval: '1s', maximumInterval: '10s' }, // until the server answers
+});
+/** Once per run started anew: lists the pool's tasks and hosts (visibility) and signals them. */
+const { recoverPool } = proxyActivities<ReturnType<typeof controlActivities.createControlPlaneActivities>>({
+  startToCloseTimeout: '5m',
+  heartbeatTimeout: '60s',
+  retry: { initialInterval: '1s', maximumInterval: '30s', maximumAttempts: 10 },
+  summary: 'recover the pool: tasks enqueue again, hosts publish again',
 });
 /** A round's sends go by one local activity once there are this many (else by commands). */
 const BATCH_MIN = 2;
@@ -694,6 +702,24 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     return taken;
   };
 
+  /**
+   * A run started anew (nothing carried in: the pool's first, or one after its scheduler was
+   * terminated or failed) knows neither its queue nor its devices. It asks the pool's running tasks
+   * to enqueue again and its hosts to publish again (recoverPool); meanwhile it queues. No admitted
+   * task is lost with a scheduler run. Runs recorded before this change did not ask, and replay so.
+   */
+  if (!c && patched('scheduler-recover-pool-v1')) {
+    inFlight.track(
+      recoverPool(pool).then(({ tasks, hosts }) => {
+        if (tasks > 0 || hosts > 0) log.info('pool started anew: asked its tasks and hosts again', { pool, tasks, hosts });
+      }),
+      (err) =>
+        log.warn('pool started anew but could not ask its tasks and hosts again: waiting tasks and unchanged hosts stay unknown to it', {
+          pool,
+          error: String(err),
+        }),
+    );
+  }
   for (const [hostId, at] of suspects) askReconfirm(hostId, at, 'carried over');
 
   // A coarse sweep so an expired hold frees its device even in a pool where nothing else happens.

@@ -18,3 +18,6 @@ export const ALL_SEARCH_ATTRIBUTES = [
   FleetAttempt,
   FleetKind,
 ];
+
+/** A string value for a visibility query (list filter): double-quoted, quotes and backslashes dropped. */
+export const visibilityString = (v: string): string => `"${v.replace(/["\\]/g, '')}"`;

@@ -34,6 +34,7 @@ import {
   assignmentSignal,
   dequeueTaskSignal,
   enqueueTaskSignal,
+  requeueTaskSignal,
   releaseDeviceSignal,
   reportAttemptUpdate,
   taskReleasedSignal,
@@ -240,6 +241,17 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
       await scheduler.signal(enqueueTaskSignal, asSignal(enqueueTaskSignal, req));
     }
   };
+
+  // The pool's scheduler started anew and lost its queue: a task waiting for its admission or a
+  // device sends its enqueue again (the pool keeps one entry per task; a first enqueue again is
+  // answered again, and the task keeps its first answer). Any other task has nothing queued.
+  onSignal(requeueTaskSignal, ({ pool, reason }) => {
+    if (pool !== input.pool || awaitingAttempt === 0 || assignment !== undefined || state.cancelRequested) return;
+    log.info('enqueueing again: the pool started anew', { taskId: input.taskId, attempt: awaitingAttempt, reason });
+    enqueue(awaitingAttempt, admission === undefined).catch((err: unknown) => {
+      if (!isCancellation(err)) log.warn('could not enqueue again', { taskId: input.taskId, error: String(err) });
+    });
+  });
 
   /** Cleanup must reach the device and the scheduler even after the task was cancelled. */
   const uncancellable = <T>(fn: () => Promise<T>): Promise<T> => CancellationScope.nonCancellable(fn);

@@ -106,7 +106,8 @@ function categorize(kind: Kind, run: Run): Category[] {
         case 'WorkflowExecutionSignaled': {
           const name = e.workflowExecutionSignaledEventAttributes?.signalName ?? '';
           if (name === 'hostDevices' || name === 'setHostDrain' || name === 'setDeviceDrain') c = 'liveness';
-          else if (name === 'registerHostKeys' || name === 'setSchedulerConfig') c = 'setup';
+          // adoptDevice comes with a device workflow's signal-with-start, once per enrolment.
+          else if (name === 'registerHostKeys' || name === 'setSchedulerConfig' || name === 'adoptDevice') c = 'setup';
           else c = kind === 'host' ? 'liveness' : 'task';
           break;
         }
@@ -128,7 +129,9 @@ function categorize(kind: Kind, run: Run): Category[] {
           c = ref(e.timerCanceledEventAttributes?.startedEventId) ?? lastTrigger;
           break;
         case 'ActivityTaskScheduled':
-          c = kind === 'host' ? (firstSync ? 'setup' : 'liveness') : 'task';
+          // A scheduler run started anew asks its pool's tasks and hosts again, once (recoverPool).
+          if (e.activityTaskScheduledEventAttributes?.activityType?.name === 'recoverPool') c = 'setup';
+          else c = kind === 'host' ? (firstSync ? 'setup' : 'liveness') : 'task';
           firstSync = false;
           break;
         case 'ActivityTaskStarted':

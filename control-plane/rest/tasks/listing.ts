@@ -15,6 +15,7 @@ import {
   FleetKind,
   FleetPool,
   FleetStatus,
+  visibilityString,
 } from '../../../workflows/search-attributes';
 import { taskWorkflowId } from '../../../workflows/ids';
 import type { TaskStatus } from '../../../workflows/types';
@@ -65,14 +66,13 @@ function searchAttribute(raw: RawExecution, name: string): unknown {
   return Array.isArray(v) ? v[0] : v;
 }
 
-const quote = (v: string): string => `"${v.replace(/["\\]/g, '')}"`;
 
 export function visibilityQuery(f: TaskListFilter): string {
   const clauses = [`${FleetKind.name} = 'task'`];
-  if (f.status) clauses.push(`${FleetStatus.name} = ${quote(f.status)}`);
-  if (f.pool) clauses.push(`${FleetPool.name} = ${quote(f.pool)}`);
-  if (f.hostId) clauses.push(`${FleetHostId.name} = ${quote(f.hostId)}`);
-  if (f.deviceId) clauses.push(`${FleetDeviceId.name} = ${quote(f.deviceId)}`);
+  if (f.status) clauses.push(`${FleetStatus.name} = ${visibilityString(f.status)}`);
+  if (f.pool) clauses.push(`${FleetPool.name} = ${visibilityString(f.pool)}`);
+  if (f.hostId) clauses.push(`${FleetHostId.name} = ${visibilityString(f.hostId)}`);
+  if (f.deviceId) clauses.push(`${FleetDeviceId.name} = ${visibilityString(f.deviceId)}`);
   return clauses.join(' AND ');
 }
 

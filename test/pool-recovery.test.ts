@@ -1,0 +1,109 @@
+/**
+ * A pool whose scheduler workflow was lost (terminated by an operator, or failed) and is started
+ * anew: the new run knows neither the queue nor the devices. It asks the pool's hosts to publish
+ * their devices again and its waiting tasks to enqueue again, so no admitted task is lost and the
+ * pool serves again without waiting for a host's devices to change.
+ */
+import assert from 'node:assert/strict';
+import { AdmissionPendingError } from '../control-plane/client';
+import { ensurePools } from '../control-plane/worker';
+import { schedulerWorkflowId } from '../workflows/ids';
+import { eventually, startFleet, uid, type Fleet } from './helpers/fleet';
+import { recordingRunners } from './helpers/runners';
+
+describe('pool recovery: a scheduler started anew finds its devices and its waiting tasks again', () => {
+  let f: Fleet | undefined;
+  /** Lets a runner that holds its device end (so the host can stop even when a test failed). */
+  let finish: (() => void) | undefined;
+  afterEach(async () => {
+    finish?.();
+    finish = undefined;
+    await f?.stop();
+    f = undefined;
+  });
+
+  it('Tasks queued in a terminated scheduler run once the pool is started again; the task running meanwhile ends and frees its device', async () => {
+    f = await startFleet('recover-queue');
+    const told = new Promise<void>((r) => (finish = r));
+    const holder = uid('holder');
+    const { runners, calls } = recordingRunners({
+      override: (ctx) =>
+        ctx.taskId === holder
+          ? (async () => {
+              ctx.started();
+              await told;
+              return { status: 'done' as const, output: 'held and done' };
+            })()
+          : undefined,
+    });
+    await f.addHost('h1', [{ deviceId: 'd1' }], { runners });
+    await eventually(async () => ((await f!.scheduler()).devices.length >= 1 ? true : undefined), 'd1 in the pool');
+    const running = await f.fleet.submit({ taskId: holder, goal: 'hold the device' });
+    await f.waitForStatus(running.taskId, 'running');
+    // Admitted and queued behind the running one (the pool's only device is busy).
+    const queued = await f.fleet.submit({ goal: 'open settings' });
+    await eventually(
+      async () => ((await f!.scheduler()).queue.some((q) => q.taskId === queued.taskId) ? true : undefined),
+      'the second task in the queue',
+    );
+    // An operator terminates the scheduler; the control plane (restarted, say) starts it anew.
+    await f.client.workflow.getHandle(schedulerWorkflowId(f.pool)).terminate('test: scheduler lost');
+    await ensurePools(f.client, f.config);
+    // The new run learns the device from its host (nothing about the device changed) ...
+    await eventually(
+      async () => ((await f!.scheduler()).devices.some((d) => d.deviceId === 'd1') ? true : undefined),
+      'd1 published again to the new scheduler run',
+    );
+    // ... and the waiting task from the task itself.
+    await eventually(
+      async () => ((await f!.scheduler()).queue.some((q) => q.taskId === queued.taskId) ? true : undefined),
+      'the waiting task queued again in the new scheduler run',
+    );
+    // The running task ends; its release reaches the device through the new run, and the queued task runs.
+    finish!();
+    assert.equal((await f.fleet.wait(running.taskId, { timeoutMs: 60_000 })).status, 'done');
+    const second = await f.fleet.wait(queued.taskId, { timeoutMs: 60_000 });
+    assert.equal(second.status, 'done');
+    assert.equal(second.attempts.length, 1);
+    // And the pool takes new work as before.
+    const third = await f.fleet.submit({ goal: 'open settings again' });
+    assert.equal((await f.fleet.wait(third.taskId, { timeoutMs: 60_000 })).status, 'done');
+    assert.deepEqual(
+      calls.map((c) => c.taskId),
+      [running.taskId, queued.taskId, third.taskId],
+      'each task ran once',
+    );
+  });
+
+  it('A task whose admission was never answered (its scheduler run ended first) is admitted by the next run', async () => {
+    f = await startFleet('recover-admission');
+    await f.addHost('h1', [{ deviceId: 'd1' }]);
+    await eventually(async () => ((await f!.scheduler()).devices.length >= 1 ? true : undefined), 'd1 in the pool');
+    // The pool's scheduler id is taken by a run no worker serves: it takes the enqueue and never answers.
+    const sched = f.client.workflow.getHandle(schedulerWorkflowId(f.pool));
+    await sched.terminate('test: replaced by a run nobody serves');
+    await f.client.workflow.start('schedulerWorkflow', {
+      workflowId: schedulerWorkflowId(f.pool),
+      taskQueue: uid('nobody-polls'),
+      args: [{ pool: f.pool, config: f.config.pools[f.pool] }],
+    });
+    // The submit call gives up waiting for the answer (202 in REST): the enqueue is in the run that never answers.
+    const taskId = uid('waiting');
+    await assert.rejects(
+      f.fleet.submit({ taskId, goal: 'open settings' }, { admissionTimeoutMs: 1_000 }),
+      AdmissionPendingError,
+    );
+    await eventually(
+      async () =>
+        (await sched.fetchHistory()).events?.some(
+          (e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'enqueueTask',
+        ) || undefined,
+      'the enqueue delivered to the run nobody serves',
+    );
+    await sched.terminate('test: scheduler lost');
+    await ensurePools(f.client, f.config);
+    const done = await f.fleet.wait(taskId, { timeoutMs: 60_000 });
+    assert.equal(done.status, 'done');
+    assert.equal(done.admitted, true);
+  });
+});
