@@ -23,9 +23,16 @@ import { parseSignalKeys } from '../control-plane/signal-auth';
 import { controlPlaneDataConverter, ensurePools } from '../control-plane/worker';
 import { generateHostCredential, publicKeys } from '../host-worker/identity';
 import { deviceWorkflowId, hostWorkflowId, schedulerWorkflowId, taskWorkflowId } from '../workflows/ids';
-import { hostStateQuery, registerHostKeysSignal, retireHostSignal, setDeviceDrainSignal } from '../workflows/messages';
+import {
+  assignmentSignal,
+  hostStateQuery,
+  registerHostKeysSignal,
+  retireHostSignal,
+  setDeviceDrainSignal,
+} from '../workflows/messages';
 import { FleetKind, FleetPool } from '../workflows/search-attributes';
 import { eventually, startFleet, type Fleet } from './helpers/fleet';
+import { decodeFirst } from './helpers/invariants';
 import { TEST_SIGNAL_KEYS, workflowBundle } from './setup';
 
 const FIXTURES = join(__dirname, 'fixtures', 'histories');
@@ -115,6 +122,26 @@ describe('replay: workflow code reproduces its recorded histories', () => {
     const queued = await f.fleet.submit({ goal: 'waits [sim duration=50]', constraints: { driverType: 'ios' } });
     await f.fleet.cancel(queued.taskId);
     await f.waitForStatus(queued.taskId, 'cancelled');
+    // A second hold for the long task's attempt (a pool round run again): released as it arrives.
+    const longRun = (await f.fleet.get(tasks.long.taskId)).attempts[0];
+    await f.client.workflow.getHandle(taskWorkflowId(tasks.long.taskId)).signal(assignmentSignal, {
+      taskId: tasks.long.taskId,
+      attempt: longRun.attempt,
+      leaseId: longRun.leaseId,
+      hostId: 'ghost-host',
+      deviceId: 'g1',
+      reservedAt: Date.now(),
+      hostKeys: { signing: '00'.repeat(32), box: '00'.repeat(32) },
+    });
+    await eventually(async () => {
+      const events = (await f.client.workflow.getHandle(taskWorkflowId(tasks.long.taskId)).fetchHistory()).events;
+      for (const e of events ?? []) {
+        const sig = e.signalExternalWorkflowExecutionInitiatedEventAttributes;
+        if (sig?.signalName !== 'taskReleased') continue;
+        if ((await decodeFirst<{ hostId?: string }>(f.client, sig.input?.payloads))?.hostId === 'ghost-host') return true;
+      }
+      return undefined;
+    }, 'the stray released while the long task runs');
     await f.fleet.cancel(tasks.long.taskId);
     await f.waitForStatus(tasks.long.taskId, 'cancelled');
 

@@ -152,7 +152,7 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
   let assignment: Assignment | undefined;
   /** The current attempt's host keys: reports and results must be signed with them. */
   let currentKeys: HostPublicKeys | undefined;
-  /** Assignments that arrived when nobody wanted them: released before the workflow ends. */
+  /** Assignments that arrived when nobody wanted them: released as they arrive (and before the workflow ends). */
   const stray: Assignment[] = [];
 
   const root = CancellationScope.current();
@@ -256,11 +256,27 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
   /** Cleanup must reach the device and the scheduler even after the task was cancelled. */
   const uncancellable = <T>(fn: () => Promise<T>): Promise<T> => CancellationScope.nonCancellable(fn);
 
+  /**
+   * Strays are released as they arrive, not when the task ends: a long run would otherwise keep a
+   * device it never uses until then. Runs recorded before this change released them only at the
+   * end; the patch is asked only once a stray arrives, so a run that meets none records no marker.
+   */
+  let releasing = 0;
+  void uncancellable(async () => {
+    for (;;) {
+      await condition(() => stray.length > 0);
+      if (!patched('task-release-stray-promptly-v1')) return;
+      releasing++;
+      await releaseStray().finally(() => releasing--);
+    }
+  });
+
   const result = await run();
   await uncancellable(async () => {
     // Answer every pending update and free any device offered after we stopped wanting one.
     await condition(allHandlersFinished);
     await releaseStray();
+    await condition(() => releasing === 0);
   });
   if (result.status === 'done') return result;
   if (result.status === 'cancelled') throw new CancelledFailure('task cancelled');
