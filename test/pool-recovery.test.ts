@@ -2,16 +2,17 @@
  * A pool whose scheduler workflow was lost (terminated by an operator, or failed) and is started
  * anew: the new run knows neither the queue nor the devices. It asks the pool's hosts to publish
  * their devices again and its waiting tasks to enqueue again, so no admitted task is lost and the
- * pool serves again without waiting for a host's devices to change.
+ * pool serves again without waiting for a host's devices to change. A device workflow lost the
+ * same way is started again by its host once the pool's next reservation finds it gone.
  */
 import assert from 'node:assert/strict';
 import { AdmissionPendingError } from '../control-plane/client';
 import { ensurePools } from '../control-plane/worker';
-import { schedulerWorkflowId } from '../workflows/ids';
+import { deviceWorkflowId, schedulerWorkflowId } from '../workflows/ids';
 import { eventually, startFleet, uid, type Fleet } from './helpers/fleet';
 import { recordingRunners } from './helpers/runners';
 
-describe('pool recovery: a scheduler started anew finds its devices and its waiting tasks again', () => {
+describe('pool recovery: a scheduler or device workflow lost and started anew; nothing admitted is lost', () => {
   let f: Fleet | undefined;
   /** Lets a runner that holds its device end (so the host can stop even when a test failed). */
   let finish: (() => void) | undefined;
@@ -73,6 +74,27 @@ describe('pool recovery: a scheduler started anew finds its devices and its wait
       [running.taskId, queued.taskId, third.taskId],
       'each task ran once',
     );
+  });
+
+  it("A device whose workflow was terminated is started again by its host when the pool next reserves it, and the task runs there", async () => {
+    f = await startFleet('recover-device');
+    await f.addHost('h1', [{ deviceId: 'd1' }]);
+    await eventually(async () => ((await f!.scheduler()).devices.length >= 1 ? true : undefined), 'd1 in the pool');
+    const device = f.client.workflow.getHandle(deviceWorkflowId(f.hostId('h1'), 'd1'));
+    const before = (await device.describe()).runId;
+    await device.terminate('test: device workflow lost');
+    // The reservation finds no workflow: the task goes back to the queue, the host starts the
+    // device workflow again and publishes, and the task runs on d1 (no attempt is spent).
+    const view = await f.fleet.submit({ goal: 'open settings' });
+    const done = await f.fleet.wait(view.taskId, { timeoutMs: 60_000 });
+    assert.equal(done.status, 'done');
+    assert.deepEqual(
+      done.attempts.map((a) => a.deviceId),
+      ['d1'],
+    );
+    const after = await device.describe();
+    assert.equal(after.status.name, 'RUNNING');
+    assert.notEqual(after.runId, before, 'a new device workflow');
   });
 
   it('A task whose admission was never answered (its scheduler run ended first) is admitted by the next run', async () => {

@@ -189,6 +189,10 @@ describe('replay: workflow code reproduces its recorded histories', () => {
     }, "g's new scheduler run knows d1 and the stranded task");
     await g.fleet.cancel(stranded.taskId);
     await g.waitForStatus(stranded.taskId, 'cancelled');
+    // g's device workflow is terminated: the next reservation finds it gone and its host starts it again.
+    await g.client.workflow.getHandle(deviceWorkflowId(g.hostId('h1'), 'd1')).terminate('replay scenario: device lost');
+    const restored = await g.fleet.submit({ goal: 'after the device came back [sim duration=1]' });
+    await g.waitForStatus(restored.taskId, 'done', 60_000);
 
     // Operator key traffic on g's h1: other keys without rotate (ignored), then a rotation.
     const hostG1 = g.client.workflow.getHandle(hostWorkflowId(g.hostId('h1')));
@@ -209,7 +213,7 @@ describe('replay: workflow code reproduces its recorded histories', () => {
       );
     }
 
-    const taskIds = [...Object.values(tasks).map((t) => t.taskId), queued.taskId, lost.taskId, ...more, plain.taskId, stranded.taskId];
+    const taskIds = [...Object.values(tasks).map((t) => t.taskId), queued.taskId, lost.taskId, ...more, plain.taskId, stranded.taskId, restored.taskId];
     const hosts = ['h1', 'h2', 'h3'].map((h) => hostWorkflowId(f.hostId(h)));
     const ids = [scheduler, ...hosts, ...devices, schedulerWorkflowId(g.pool)];
     ids.push(hostWorkflowId(g.hostId('h1')), deviceWorkflowId(g.hostId('h1'), 'd1'));

@@ -242,10 +242,13 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
     log.info('a pool presumes this host lost; republishing after its next snapshot', { hostId, reason });
     reconfirmAt = Math.max(reconfirmAt ?? 0, Date.now());
   });
-  // A pool whose scheduler started anew knows no devices: publish everything again, now.
-  onSignal(republishHostSignal, ({ pool, reason }) => {
+  // A pool lost track of this host's devices: publish everything again, now. Device workflows it
+  // found gone are started again by that publish (signal-with-start; a running one ignores it).
+  onSignal(republishHostSignal, ({ pool, reason, missingDevices }) => {
     if (!publishedPools.has(pool)) return;
-    log.info('publishing the devices again to a pool that started anew', { hostId, pool, reason });
+    const missing = Array.isArray(missingDevices) ? missingDevices.filter((id) => typeof id === 'string') : [];
+    for (const id of missing) ensured.delete(id);
+    log.info('publishing the devices again to a pool that lost track of them', { hostId, pool, reason, missing });
     republish = true;
     beats++;
   });

@@ -207,11 +207,14 @@ export const hostSnapshotUpdate = defineUpdate<{ accepted: true }, [SignedSnapsh
  */
 export const reconfirmHostSignal = defineSignal<[{ reason: string; at: number }]>('reconfirmHost');
 /**
- * Control plane -> host, when a pool's scheduler started anew (its previous run terminated or
- * failed, so it knows no devices): publish the devices again, at once, if this host publishes to
- * that pool. Changes nothing else.
+ * To a host from a pool that lost track of its devices, if the host publishes to that pool:
+ * publish the devices again, at once. From the control plane when the pool's scheduler started
+ * anew (its previous run terminated or failed, so it knows no devices); from the pool's scheduler
+ * when a reservation found no workflow for a device (`missingDevices`: terminated, say), whose
+ * workflows the publish then starts again.
  */
-export const republishHostSignal = defineSignal<[{ pool: string; reason: string }]>('republishHost');
+export const republishHostSignal =
+  defineSignal<[{ pool: string; reason: string; missingDevices?: string[] }]>('republishHost');
 /**
  * What an operator's change to a host names (control-plane/hosts.ts, `hostAdminSignal`): the
  * enrolment it is for (`HostView.enrolment`: a host removed and enrolled again is another), and a

@@ -43,6 +43,7 @@ import {
   enqueueTaskSignal,
   hostDevicesSignal,
   reconfirmHostSignal,
+  republishHostSignal,
   reservationRefusedSignal,
   releaseDeviceSignal,
   reserveDeviceSignal,
@@ -601,6 +602,16 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     });
   }
 
+  /** A device's workflow is gone: its host starts it again and publishes (republishHost). */
+  function restoreDevice(hostId: string, deviceId: string, reason: string): void {
+    sendTo(hostWorkflowId(hostId), republishHostSignal, { pool, reason, missingDevices: [deviceId] }, (err) =>
+      log.warn('could not ask the host to start a device workflow again', {
+        device: deviceKey(hostId, deviceId),
+        error: String(err),
+      }),
+    );
+  }
+
   /** Could take work: online, healthy, not drained, its host trusted and not presumed lost. */
   const usable = (d: PoolDevice): boolean =>
     !suspects.has(d.hostId) &&
@@ -691,6 +702,9 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
           if (mine) held.delete(k);
           const d = devices.get(k);
           if (d) d.state = 'offline';
+          // Its host starts the device workflow again (terminated, say) and publishes anew, which
+          // puts the device back. Runs recorded before this change only waited for a host update.
+          if (patched('scheduler-restore-device-v1')) restoreDevice(device.hostId, device.deviceId, String(err));
           if (!cancelled) {
             if (queueIndex(task.taskId) < 0) insert(task);
             if (task.attempt === 1) reply(task.taskId, { accepted: true }, task.submittedAt);
