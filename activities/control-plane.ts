@@ -6,7 +6,7 @@
 import { Context } from '@temporalio/activity';
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
-import { schedulerInput, type ControlPlaneConfig } from '../control-plane/config';
+import { schedulerInput, taskWorkflowQueue, type ControlPlaneConfig } from '../control-plane/config';
 import type { deviceWorkflow } from '../workflows/device';
 import { deviceWorkflowId, hostWorkflowId, schedulerWorkflowId } from '../workflows/ids';
 import {
@@ -59,7 +59,7 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
     /**
      * A pool's scheduler started anew (no state carried in) knows neither its queue nor its
      * devices. When this is not the pool's first scheduler (another run of its id is on record, or
-     * tasks of the pool are running), every running task of the pool is asked to enqueue again
+     * tasks of the pool are running), every running task of the pool on this control plane's queues is asked to enqueue again
      * (one that waits for an admission or a device does; the others ignore it) and every running
      * host to publish its devices again (one that publishes to this pool does). A brand-new pool
      * asks only the hosts indexed under it. Signals sent twice (this activity retried) change
@@ -92,7 +92,10 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
         }
       };
       const p = visibilityString(pool);
-      const tasks = await ids(`${FleetKind.name} = 'task' AND ${FleetPool.name} = ${p} AND ${running}`);
+      // This deployment's workflows only (another one in the namespace would refuse our signals).
+      const control = `TaskQueue = ${visibilityString(config.controlTaskQueue)}`;
+      const taskQueues = `(TaskQueue = ${visibilityString(taskWorkflowQueue(config))} OR ${control})`;
+      const tasks = await ids(`${FleetKind.name} = 'task' AND ${FleetPool.name} = ${p} AND ${running} AND ${taskQueues}`);
       const before =
         tasks.length > 0 ||
         (
@@ -101,7 +104,7 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
           )
         ).count > 0;
       const hosts = await ids(
-        `${FleetKind.name} = 'host' AND ${running}` + (before ? '' : ` AND ${FleetPool.name} = ${p}`),
+        `${FleetKind.name} = 'host' AND ${running} AND ${control}` + (before ? '' : ` AND ${FleetPool.name} = ${p}`),
       );
       await tell(hosts, (id) => client.workflow.getHandle(id).signal(republishHostSignal, { pool, reason }));
       await tell(tasks, (id) => client.workflow.getHandle(id).signal(requeueTaskSignal, { pool, reason }));

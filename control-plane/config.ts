@@ -102,6 +102,12 @@ export const ControlPlaneConfigSchema = z.strictObject({
    * BENCHMARKS.md, P5).
    */
   maxCachedTasks: z.number().int().positive().default(1_000),
+  /**
+   * How often the control plane checks that the scheduler of every pool it serves is running (the
+   * configured pools, and any pool on its control queue whose scheduler was terminated or failed),
+   * and starts again one that is not. A run started anew recovers its queue and devices.
+   */
+  poolWatchMs: z.number().int().min(100).default(30_000),
   /** Holds nobody released (a task terminated while holding a device) are swept this often... */
   holdSweepMs: z.number().int().positive().optional(),
   /** ...once this long past their deadline. Both default to 60 s. */

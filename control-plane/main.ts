@@ -10,7 +10,7 @@ import { loadControlPlaneConfig, taskWorkflowQueue } from './config';
 import { connectClient, connectWorker, temporalSettingsFromEnv } from './connection';
 import { signalKeysFromEnv } from './signal-auth';
 import { createLog, SdkJsonLogger } from './log';
-import { createControlPlaneWorker, ensurePools } from './worker';
+import { createControlPlaneWorker, ensurePools, restartStoppedSchedulers } from './worker';
 
 const log = createLog('control-plane');
 
@@ -89,6 +89,25 @@ async function main(): Promise<void> {
       }
     })();
   }
+  // A scheduler terminated by an operator (or failed) is started again within poolWatchMs, even in
+  // a pool where nothing else happens; its new run asks the pool's tasks and hosts again.
+  void (async () => {
+    let failing = false;
+    while (!stopping) {
+      await new Promise((r) => setTimeout(r, config.poolWatchMs).unref());
+      if (stopping) return;
+      try {
+        for (const pool of await restartStoppedSchedulers(client, config)) {
+          log.warn('the scheduler of a pool was not running (terminated or failed): started again', { pool });
+        }
+        failing = false;
+      } catch (err) {
+        // Said once per spell of failures (the server may be down for a while), not at every check.
+        if (!failing) log.warn('could not check that every pool scheduler runs; trying again', { error: err });
+        failing = true;
+      }
+    }
+  })();
   // The SDK runtime already shuts the worker down on SIGINT/SIGTERM; this covers runtimes installed without that.
   const stop = () => {
     stopping = true;

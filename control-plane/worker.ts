@@ -8,7 +8,7 @@
  */
 import { isDeepStrictEqual } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { QueryNotRegisteredError, type Client } from '@temporalio/client';
+import { QueryNotRegisteredError, WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { bundleWorkflowCode, Runtime, Worker, type NativeConnection, type WorkflowBundle } from '@temporalio/worker';
 import { createControlPlaneActivities } from '../activities/control-plane';
 import { schedulerWorkflowId } from '../workflows/ids';
@@ -19,7 +19,7 @@ import {
   type SchedulerConfig,
 } from '../workflows/messages';
 import type { schedulerWorkflow } from '../workflows/scheduler';
-import { ALL_SEARCH_ATTRIBUTES } from '../workflows/search-attributes';
+import { ALL_SEARCH_ATTRIBUTES, FleetKind, FleetPool, visibilityString } from '../workflows/search-attributes';
 import { poolConfig, schedulerInput, taskWorkflowQueue, type ControlPlaneConfig } from './config';
 import { PAYLOAD_CONVERTER_PATH } from './connection';
 import { createSealingCodec } from './sealing';
@@ -152,6 +152,50 @@ export async function ensurePools(
     }
   }
   if (failures.length > 0) throw await explainPoolFailure(client, failures[0]);
+}
+
+/**
+ * The pools whose scheduler is not running although it should: every configured pool, and every
+ * pool on this control queue whose scheduler was terminated or failed (pools a host named), with no
+ * run of it going now. Each is started again (configured ones configured as by `ensurePools`); the
+ * new run asks its tasks and hosts again (workflows/scheduler.ts, recoverPool). Returns the pools
+ * started again. A scheduler that fails at once (a configuration its workers refuse) is started
+ * again at each check, and says why in its failure.
+ */
+export async function restartStoppedSchedulers(
+  client: Client,
+  config: ControlPlaneConfig,
+  { timeoutMs = ENSURE_POOL_TIMEOUT_MS }: { timeoutMs?: number } = {},
+): Promise<string[]> {
+  const pools = new Set(Object.keys(config.pools));
+  const query =
+    `${FleetKind.name} = 'scheduler' AND TaskQueue = ${visibilityString(config.controlTaskQueue)} AND ` +
+    `ExecutionStatus IN ('Terminated', 'Failed', 'TimedOut', 'Canceled')`;
+  for await (const wf of client.workflow.list({ query })) {
+    const pool = wf.typedSearchAttributes.get(FleetPool);
+    if (pool && wf.workflowId === schedulerWorkflowId(pool)) pools.add(pool);
+  }
+  const restarted: string[] = [];
+  for (const pool of pools) {
+    try {
+      if ((await client.workflow.getHandle(schedulerWorkflowId(pool)).describe()).status.name === 'RUNNING') continue;
+    } catch (err) {
+      if (!(err instanceof WorkflowNotFoundError)) throw err;
+    }
+    if (config.pools[pool]) {
+      await within(ensurePool(client, config, pool, timeoutMs), timeoutMs, `configure the scheduler of pool ${pool}`);
+    } else {
+      await client.workflow.start<typeof schedulerWorkflow>('schedulerWorkflow', {
+        workflowId: schedulerWorkflowId(pool),
+        taskQueue: config.controlTaskQueue,
+        args: [schedulerInput(config, pool)],
+        workflowIdConflictPolicy: 'USE_EXISTING',
+        staticSummary: `scheduler of pool ${pool}`,
+      });
+    }
+    restarted.push(pool);
+  }
+  return restarted;
 }
 
 async function ensurePool(client: Client, config: ControlPlaneConfig, pool: string, timeoutMs: number): Promise<void> {

@@ -7,7 +7,9 @@
  */
 import assert from 'node:assert/strict';
 import { AdmissionPendingError } from '../control-plane/client';
-import { ensurePools } from '../control-plane/worker';
+import { schedulerInput } from '../control-plane/config';
+import { ensurePools, restartStoppedSchedulers } from '../control-plane/worker';
+import { FleetPool } from '../workflows/search-attributes';
 import { deviceWorkflowId, schedulerWorkflowId } from '../workflows/ids';
 import { eventually, startFleet, uid, type Fleet } from './helpers/fleet';
 import { recordingRunners } from './helpers/runners';
@@ -95,6 +97,58 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
     const after = await device.describe();
     assert.equal(after.status.name, 'RUNNING');
     assert.notEqual(after.runId, before, 'a new device workflow');
+  });
+
+  it('The control plane starts a terminated scheduler again on its own (poolWatchMs), and the task waiting in it runs', async () => {
+    f = await startFleet('recover-watch', { controlPlane: 'process', poolWatchMs: 500 });
+    // Queued: no device matches yet.
+    const view = await f.fleet.submit({ goal: 'open settings', constraints: { driverType: 'later' } });
+    const sched = f.client.workflow.getHandle(schedulerWorkflowId(f.pool));
+    await eventually(
+      async () => ((await f!.scheduler()).queue.some((q) => q.taskId === view.taskId) ? true : undefined),
+      'the task queued',
+    );
+    const lost = (await sched.describe()).runId;
+    await sched.terminate('test: scheduler lost');
+    // Nothing else happens in the pool: the control plane's check starts it, and the new run asks the task again.
+    await eventually(
+      async () => {
+        const d = await sched.describe();
+        if (d.status.name !== 'RUNNING' || d.runId === lost) return undefined;
+        return (await f!.scheduler()).queue.some((q) => q.taskId === view.taskId) ? true : undefined;
+      },
+      'a new scheduler run with the task queued again',
+      30_000,
+    );
+    await f.addHost('h1', [{ deviceId: 'd1', driverType: 'later' }]);
+    assert.equal((await f.fleet.wait(view.taskId, { timeoutMs: 60_000 })).status, 'done');
+  });
+
+  it('The check also starts again the terminated scheduler of a pool only hosts named (not configured), and no running one', async () => {
+    f = await startFleet('recover-unconfigured');
+    const extra = uid('extra');
+    const handle = await f.client.workflow.start('schedulerWorkflow', {
+      workflowId: schedulerWorkflowId(extra),
+      taskQueue: f.config.controlTaskQueue,
+      args: [schedulerInput(f.config, extra)],
+    });
+    // Indexed under its pool by its first workflow task.
+    await eventually(
+      async () => ((await handle.describe()).typedSearchAttributes.get(FleetPool) === extra ? true : undefined),
+      'the scheduler indexed',
+    );
+    assert.deepEqual(await restartStoppedSchedulers(f.client, f.config), [], 'every scheduler runs');
+    await handle.terminate('test: scheduler lost');
+    // Once visibility shows it terminated, the check starts it again (and only it).
+    const restarted = await eventually(async () => {
+      const r = await restartStoppedSchedulers(f!.client, f!.config);
+      return r.length > 0 ? r : undefined;
+    }, 'the check to start it again');
+    assert.deepEqual(restarted, [extra]);
+    const now = await f.client.workflow.getHandle(schedulerWorkflowId(extra)).describe();
+    assert.equal(now.status.name, 'RUNNING');
+    assert.notEqual(now.runId, handle.firstExecutionRunId);
+    await f.client.workflow.getHandle(schedulerWorkflowId(extra)).terminate('test over');
   });
 
   it('A task whose admission was never answered (its scheduler run ended first) is admitted by the next run', async () => {

@@ -53,6 +53,7 @@ export interface FleetOptions {
   historyLimit?: number;
   holdSweepMs?: number;
   holdSlackMs?: number;
+  poolWatchMs?: number;
   taskDefaults?: NonNullable<ControlPlaneConfigInput['taskDefaults']>;
 }
 
@@ -152,6 +153,7 @@ export async function startFleet(name: string, opts: FleetOptions = {}): Promise
     historyLimit: opts.historyLimit,
     holdSweepMs: opts.holdSweepMs,
     holdSlackMs: opts.holdSlackMs,
+    poolWatchMs: opts.poolWatchMs,
   });
   // A control-plane client: it tags its signals with the fleet's key (env.client, without, is a
   // stranger to the workflows: what a host's credential would be).
