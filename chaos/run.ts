@@ -1,7 +1,8 @@
 /**
  * `npm run chaos [-- --quick] [--tasks N] [--hosts N] [--seed S]`: tasks flow through a fleet of
  * real processes while faults are injected (host SIGKILL and restart, host SIGSTOP past its lease,
- * control-plane SIGKILL, Temporal server SIGKILL and restart on the same database file, duplicate
+ * control-plane SIGKILL, an operator terminating the pool's scheduler, Temporal server SIGKILL and
+ * restart on the same database file, duplicate
  * submissions, forged and replayed reports, impersonated snapshots); then the invariants are
  * checked from the histories and the figures printed. Exit code 1 on any violation.
  */
@@ -18,7 +19,7 @@ import { sha256Hex } from '../control-plane/rest/auth';
 import { JsonFileDefinitionsStore } from '../control-plane/rest/definitions/store';
 import { sign } from '../host-worker/identity';
 import { SignDomain } from '../workflows/identity';
-import { hostWorkflowId, taskWorkflowId } from '../workflows/ids';
+import { hostWorkflowId, schedulerWorkflowId, taskWorkflowId } from '../workflows/ids';
 import { hostSnapshotUpdate, reportAttemptUpdate } from '../workflows/messages';
 import { TERMINAL_STATUSES, type TaskView } from '../workflows/types';
 import {
@@ -35,6 +36,7 @@ export type Fault =
   | 'host-kill'
   | 'host-pause'
   | 'control-plane-kill'
+  | 'scheduler-terminate'
   | 'server-restart'
   | 'duplicates'
   | 'forged-reports'
@@ -44,6 +46,7 @@ export const ALL_FAULTS: Fault[] = [
   'host-kill',
   'host-pause',
   'control-plane-kill',
+  'scheduler-terminate',
   'server-restart',
   'duplicates',
   'forged-reports',
@@ -135,6 +138,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
         leaseTimeoutMs: opts.leaseMs,
         executionTimeoutMs: 120_000,
       },
+      poolWatchMs: 2_000, // a terminated scheduler is started again soon (scheduler-terminate)
     },
   });
   const report: ChaosReport = {
@@ -236,6 +240,13 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
           await sleep(1_000);
           await stack.startControlPlane();
           return 'SIGKILL control plane, restarted';
+        }
+        case 'scheduler-terminate': {
+          // As an operator would in the Web UI: the pool's queue and device view go with the run.
+          // The control plane (poolWatchMs) or the next enqueue starts it anew, and that run asks
+          // the pool's tasks and hosts again.
+          await stack.client.workflow.getHandle(schedulerWorkflowId(stack.pool)).terminate('chaos: operator terminates');
+          return `terminated scheduler/${stack.pool}`;
         }
         case 'server-restart': {
           await stack.server?.kill('SIGKILL');
