@@ -61,14 +61,20 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
      * devices. When this is not the pool's first scheduler (another run of its id is on record, or
      * tasks of the pool are running), every running task of the pool on this control plane's queues is asked to enqueue again
      * (one that waits for an admission or a device does; the others ignore it) and every running
-     * host to publish its devices again (one that publishes to this pool does). A brand-new pool
-     * asks only the hosts indexed under it. Signals sent twice (this activity retried) change
+     * host to publish its devices again (one that publishes to this pool does). A pool with no
+     * run of its scheduler on record and no running task asks only the hosts indexed under it. Signals sent twice (this activity retried) change
      * nothing more. Returns how many of each were asked.
      */
     async recoverPool(pool: string): Promise<{ tasks: number; hosts: number }> {
       const ctx = Context.current();
       const self = ctx.info.workflowExecution;
-      if (!self) throw ApplicationFailure.nonRetryable('recoverPool runs only for a scheduler workflow');
+      // Only the pool's own scheduler asks (a look-alike started under another id, by anyone who
+      // may start workflows on the control queue, would have us signal every task and host).
+      if (self?.workflowId !== schedulerWorkflowId(pool) || ctx.info.workflowType !== 'schedulerWorkflow') {
+        throw ApplicationFailure.nonRetryable(
+          `recoverPool for pool ${pool} asked by ${self?.workflowId ?? 'no workflow'}, not by ${schedulerWorkflowId(pool)}`,
+        );
+      }
       const reason = `the scheduler of pool ${pool} started anew (run ${self.runId})`;
       const running = `ExecutionStatus = 'Running'`;
       const ids = async (query: string): Promise<string[]> => {

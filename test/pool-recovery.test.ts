@@ -10,7 +10,7 @@ import { AdmissionPendingError } from '../control-plane/client';
 import { schedulerInput } from '../control-plane/config';
 import { ensurePools, restartStoppedSchedulers } from '../control-plane/worker';
 import { FleetPool } from '../workflows/search-attributes';
-import { deviceWorkflowId, schedulerWorkflowId } from '../workflows/ids';
+import { deviceWorkflowId, hostWorkflowId, schedulerWorkflowId, taskWorkflowId } from '../workflows/ids';
 import { eventually, startFleet, uid, type Fleet } from './helpers/fleet';
 import { recordingRunners } from './helpers/runners';
 
@@ -149,6 +149,34 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
     assert.equal(now.status.name, 'RUNNING');
     assert.notEqual(now.runId, handle.firstExecutionRunId);
     await f.client.workflow.getHandle(schedulerWorkflowId(extra)).terminate('test over');
+  });
+
+  it("A look-alike scheduler under another id gets no recovery: the pool's tasks and hosts are not signalled", async () => {
+    f = await startFleet('recover-lookalike');
+    await f.addHost('h1', [{ deviceId: 'd1' }]);
+    await eventually(async () => ((await f!.scheduler()).devices.length >= 1 ? true : undefined), 'd1 in the pool');
+    const waiting = await f.fleet.submit({ goal: 'waits', constraints: { driverType: 'nowhere' } });
+    // Anyone who may start workflows on the control queue could start this one.
+    const lookalike = await f.client.workflow.start('schedulerWorkflow', {
+      workflowId: uid('not-a-scheduler'),
+      taskQueue: f.config.controlTaskQueue,
+      args: [{ pool: f.pool, config: f.config.pools[f.pool] }],
+    });
+    const failure = await eventually(async () => {
+      for (const e of (await lookalike.fetchHistory()).events ?? []) {
+        const failed = e.activityTaskFailedEventAttributes;
+        if (failed) return failed.failure?.message ?? '';
+      }
+      return undefined;
+    }, "the look-alike's recoverPool refused");
+    assert.match(failure, /asked by not-a-scheduler-.*, not by scheduler\//);
+    const signalled = async (workflowId: string, name: string) =>
+      ((await f!.client.workflow.getHandle(workflowId).fetchHistory()).events ?? []).some(
+        (e) => e.workflowExecutionSignaledEventAttributes?.signalName === name,
+      );
+    assert.equal(await signalled(taskWorkflowId(waiting.taskId), 'requeueTask'), false);
+    assert.equal(await signalled(hostWorkflowId(f.hostId('h1')), 'republishHost'), false);
+    await lookalike.terminate('test over');
   });
 
   it('A task whose admission was never answered (its scheduler run ended first) is admitted by the next run', async () => {

@@ -245,7 +245,8 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
   // A pool lost track of this host's devices: publish everything again, now. Device workflows it
   // found gone are started again by that publish (signal-with-start; a running one ignores it).
   onSignal(republishHostSignal, ({ pool, reason, missingDevices }) => {
-    if (!publishedPools.has(pool)) return;
+    // Asked only when it applies: a run recorded by a worker from before took the signal and did nothing.
+    if (!publishedPools.has(pool) || !patched('host-republish-v1')) return;
     const missing = Array.isArray(missingDevices) ? missingDevices.filter((id) => typeof id === 'string') : [];
     for (const id of missing) ensured.delete(id);
     log.info('publishing the devices again to a pool that lost track of them', { hostId, pool, reason, missing });

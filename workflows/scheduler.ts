@@ -13,6 +13,7 @@ import {
   continueAsNew,
   getExternalWorkflowHandle,
   log,
+  isCancellation,
   patched,
   proxyActivities,
   proxyLocalActivities,
@@ -95,13 +96,17 @@ const { sendSignals } = proxyLocalActivities<ReturnType<typeof controlActivities
 const { recoverPool } = proxyActivities<ReturnType<typeof controlActivities.createControlPlaneActivities>>({
   startToCloseTimeout: '5m',
   heartbeatTimeout: '60s',
-  retry: { initialInterval: '1s', maximumInterval: '30s', maximumAttempts: 10 },
+  // Until it works (visibility down, an old worker without the activity in a rolling upgrade): its
+  // signals change nothing twice, and a task it does not reach waits for good.
+  retry: { initialInterval: '1s', maximumInterval: '60s' },
   summary: 'recover the pool: tasks enqueue again, hosts publish again',
 });
 /** A round's sends go by one local activity once there are this many (else by commands). */
 const BATCH_MIN = 2;
 
 export interface SchedulerCarried {
+  /** The pool's recovery (recoverPool) had not finished when the previous run rolled over: run it again. */
+  recoverPending?: boolean;
   /** Admission answers decided while the previous run was rolling over: sent by the next run. */
   replies?: Array<{ taskId: string; admission: Admission }>;
   /** Older runs carried the queue as objects; new runs carry `packedQueue`. */
@@ -720,20 +725,25 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
    * A run started anew (nothing carried in: the pool's first, or one after its scheduler was
    * terminated or failed) knows neither its queue nor its devices. It asks the pool's running tasks
    * to enqueue again and its hosts to publish again (recoverPool); meanwhile it queues. No admitted
-   * task is lost with a scheduler run. Runs recorded before this change did not ask, and replay so.
+   * task is lost with a scheduler run. Not waited for at a roll-over (the recovery's own signals
+   * may bring one about): the next run asks again. Runs recorded before this change did not ask,
+   * and replay so.
    */
-  if (!c && patched('scheduler-recover-pool-v1')) {
-    inFlight.track(
-      recoverPool(pool).then(({ tasks, hosts }) => {
+  let recoverPending = c ? c.recoverPending === true : patched('scheduler-recover-pool-v1');
+  if (recoverPending) {
+    recoverPool(pool).then(
+      ({ tasks, hosts }) => {
+        recoverPending = false;
         if (tasks > 0 || hosts > 0) log.info('pool started anew: asked its tasks and hosts again', { pool, tasks, hosts });
-      }),
-      (err) =>
-        log.warn('pool started anew but could not ask its tasks and hosts again: waiting tasks and unchanged hosts stay unknown to it', {
-          pool,
-          error: String(err),
-        }),
+      },
+      (err: unknown) => {
+        if (isCancellation(err)) return;
+        recoverPending = false; // refused for good (not the pool's scheduler): asking again changes nothing
+        log.error('pool started anew but could not ask its tasks and hosts again', { pool, error: String(err) });
+      },
     );
   }
+
   for (const [hostId, at] of suspects) askReconfirm(hostId, at, 'carried over');
 
   // A coarse sweep so an expired hold frees its device even in a pool where nothing else happens.
@@ -800,6 +810,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
       counters,
       runs,
       ...(configVersion > 0 ? { configVersion } : {}),
+      ...(recoverPending ? { recoverPending } : {}),
     },
   });
 }

@@ -246,7 +246,10 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
   // device sends its enqueue again (the pool keeps one entry per task; a first enqueue again is
   // answered again, and the task keeps its first answer). Any other task has nothing queued.
   onSignal(requeueTaskSignal, ({ pool, reason }) => {
-    if (pool !== input.pool || awaitingAttempt === 0 || assignment !== undefined || state.cancelRequested) return;
+    const waiting = awaitingAttempt > 0 && assignment === undefined && admission?.accepted !== false;
+    if (pool !== input.pool || !waiting || state.cancelRequested) return;
+    // Asked only when it applies: a run recorded by a worker from before took the signal and did nothing.
+    if (!patched('task-requeue-v1')) return;
     log.info('enqueueing again: the pool started anew', { taskId: input.taskId, attempt: awaitingAttempt, reason });
     enqueue(awaitingAttempt, admission === undefined).catch((err: unknown) => {
       if (!isCancellation(err)) log.warn('could not enqueue again', { taskId: input.taskId, error: String(err) });
