@@ -8,7 +8,7 @@ import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import { schedulerInput, taskWorkflowQueue, type ControlPlaneConfig } from '../control-plane/config';
 import type { deviceWorkflow } from '../workflows/device';
-import { deviceWorkflowId, hostWorkflowId, schedulerWorkflowId } from '../workflows/ids';
+import { deviceWorkflowId, hostWorkflowId, poolRecoveryWorkflowId, schedulerWorkflowId } from '../workflows/ids';
 import {
   adoptDeviceSignal,
   hostDevicesSignal,
@@ -57,25 +57,37 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
     },
 
     /**
-     * A pool's scheduler started anew (no state carried in) knows neither its queue nor its
-     * devices. When this is not the pool's first scheduler (another run of its id is on record, or
-     * tasks of the pool are running), every running task of the pool on this control plane's queues is asked to enqueue again
-     * (one that waits for an admission or a device does; the others ignore it) and every running
-     * host to publish its devices again (one that publishes to this pool does). A pool with no
-     * run of its scheduler on record and no running task asks only the hosts indexed under it. Signals sent twice (this activity retried) change
-     * nothing more. Returns how many of each were asked.
+     * For the recovery a pool's scheduler starts when it begins anew (workflows/recovery.ts): that
+     * run knows neither its queue nor its devices. When it is not the pool's first scheduler
+     * (another run of its id is on record, or tasks of the pool are running), every running task of
+     * the pool on this control plane's queues is asked to enqueue again (one waiting for an
+     * admission or a device does; the others ignore it), and every running host on the control
+     * queue to publish its devices again (one that publishes to this pool does); otherwise only the
+     * hosts indexed under the pool. Signals sent twice (this activity retried) change nothing more.
+     * Returns how many of each were asked.
      */
     async recoverPool(pool: string): Promise<{ tasks: number; hosts: number }> {
       const ctx = Context.current();
       const self = ctx.info.workflowExecution;
-      // Only the pool's own scheduler asks (a look-alike started under another id, by anyone who
+      // Only for a recovery the pool's own scheduler started (a look-alike, started by anyone who
       // may start workflows on the control queue, would have us signal every task and host).
-      if (self?.workflowId !== schedulerWorkflowId(pool) || ctx.info.workflowType !== 'schedulerWorkflow') {
+      const parent = self
+        ? (await client.workflow.getHandle(self.workflowId, self.runId).describe()).raw.workflowExecutionInfo
+            ?.parentExecution
+        : undefined;
+      if (
+        !self ||
+        !parent?.runId ||
+        parent.workflowId !== schedulerWorkflowId(pool) ||
+        self.workflowId !== poolRecoveryWorkflowId(pool, parent.runId)
+      ) {
         throw ApplicationFailure.nonRetryable(
-          `recoverPool for pool ${pool} asked by ${self?.workflowId ?? 'no workflow'}, not by ${schedulerWorkflowId(pool)}`,
+          `recoverPool for pool ${pool} asked by ${self?.workflowId ?? 'no workflow'} (started by ` +
+            `${parent?.workflowId ?? 'no workflow'}), not by a recovery that ${schedulerWorkflowId(pool)} started`,
         );
       }
-      const reason = `the scheduler of pool ${pool} started anew (run ${self.runId})`;
+      const scheduler = { workflowId: parent.workflowId, runId: parent.runId };
+      const reason = `the scheduler of pool ${pool} started anew (run ${scheduler.runId})`;
       const running = `ExecutionStatus = 'Running'`;
       const ids = async (query: string): Promise<string[]> => {
         const out: string[] = [];
@@ -106,7 +118,7 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
         tasks.length > 0 ||
         (
           await client.workflow.count(
-            `WorkflowId = ${visibilityString(self.workflowId)} AND RunId != ${visibilityString(self.runId)}`,
+            `WorkflowId = ${visibilityString(scheduler.workflowId)} AND RunId != ${visibilityString(scheduler.runId)}`,
           )
         ).count > 0;
       const hosts = await ids(

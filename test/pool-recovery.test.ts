@@ -10,7 +10,7 @@ import { AdmissionPendingError } from '../control-plane/client';
 import { schedulerInput } from '../control-plane/config';
 import { ensurePools, restartStoppedSchedulers } from '../control-plane/worker';
 import { FleetPool } from '../workflows/search-attributes';
-import { deviceWorkflowId, hostWorkflowId, schedulerWorkflowId, taskWorkflowId } from '../workflows/ids';
+import { deviceWorkflowId, hostWorkflowId, poolRecoveryWorkflowId, schedulerWorkflowId, taskWorkflowId } from '../workflows/ids';
 import { eventually, startFleet, uid, type Fleet } from './helpers/fleet';
 import { recordingRunners } from './helpers/runners';
 
@@ -162,14 +162,15 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
       taskQueue: f.config.controlTaskQueue,
       args: [{ pool: f.pool, config: f.config.pools[f.pool] }],
     });
+    const recovery = f.client.workflow.getHandle(poolRecoveryWorkflowId(f.pool, lookalike.firstExecutionRunId));
     const failure = await eventually(async () => {
-      for (const e of (await lookalike.fetchHistory()).events ?? []) {
+      for (const e of (await recovery.fetchHistory()).events ?? []) {
         const failed = e.activityTaskFailedEventAttributes;
         if (failed) return failed.failure?.message ?? '';
       }
       return undefined;
     }, "the look-alike's recoverPool refused");
-    assert.match(failure, /asked by not-a-scheduler-.*, not by scheduler\//);
+    assert.match(failure, /started by not-a-scheduler-.*\), not by a recovery that scheduler\//);
     const signalled = async (workflowId: string, name: string) =>
       ((await f!.client.workflow.getHandle(workflowId).fetchHistory()).events ?? []).some(
         (e) => e.workflowExecutionSignaledEventAttributes?.signalName === name,

@@ -9,6 +9,9 @@ export const taskWorkflowId = (taskId: string): string => `task/${taskId}`;
 export const schedulerWorkflowId = (pool: string): string => `scheduler/${pool}`;
 export const deviceWorkflowId = (hostId: string, deviceId: string): string => `device/${hostId}/${deviceId}`;
 export const hostWorkflowId = (hostId: string): string => `host/${hostId}`;
+/** The recovery a scheduler run started anew begins (workflows/recovery.ts): one per such run. */
+export const poolRecoveryWorkflowId = (pool: string, schedulerRunId: string): string =>
+  `recovery/${pool}/${schedulerRunId}`;
 export const hostTaskQueue = (hostId: string): string => `fleet.host.${hostId}`;
 
 export const deviceKey = (hostId: string, deviceId: string): string => `${hostId}/${deviceId}`;

@@ -3,3 +3,4 @@ export { taskWorkflow } from './task';
 export { schedulerWorkflow } from './scheduler';
 export { deviceWorkflow } from './device';
 export { hostWorkflow } from './host';
+export { poolRecoveryWorkflow } from './recovery';

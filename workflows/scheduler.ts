@@ -13,15 +13,16 @@ import {
   continueAsNew,
   getExternalWorkflowHandle,
   log,
-  isCancellation,
+  ParentClosePolicy,
   patched,
-  proxyActivities,
   proxyLocalActivities,
   setCurrentDetails,
   setHandler,
   sleep,
+  startChild,
   upsertSearchAttributes,
   uuid4,
+  workflowInfo,
   type SignalDefinition,
 } from '@temporalio/workflow';
 import {
@@ -31,7 +32,8 @@ import {
   shouldContinueAsNew,
 } from './continue-as-new';
 import { ErrorType, Reason } from './errors';
-import { deviceKey, deviceWorkflowId, hostWorkflowId, taskWorkflowId } from './ids';
+import { deviceKey, deviceWorkflowId, hostWorkflowId, poolRecoveryWorkflowId, taskWorkflowId } from './ids';
+import { poolRecoveryWorkflow } from './recovery';
 import { asSignal, isAuthentic, onSignal } from './authenticity';
 import type * as controlActivities from '../activities/control-plane';
 import {
@@ -92,21 +94,10 @@ const { sendSignals } = proxyLocalActivities<ReturnType<typeof controlActivities
   startToCloseTimeout: '60s',
   retry: { initialInterval: '1s', maximumInterval: '10s' }, // until the server answers
 });
-/** Once per run started anew: lists the pool's tasks and hosts (visibility) and signals them. */
-const { recoverPool } = proxyActivities<ReturnType<typeof controlActivities.createControlPlaneActivities>>({
-  startToCloseTimeout: '5m',
-  heartbeatTimeout: '60s',
-  // Until it works (visibility down, an old worker without the activity in a rolling upgrade): its
-  // signals change nothing twice, and a task it does not reach waits for good.
-  retry: { initialInterval: '1s', maximumInterval: '60s' },
-  summary: 'recover the pool: tasks enqueue again, hosts publish again',
-});
 /** A round's sends go by one local activity once there are this many (else by commands). */
 const BATCH_MIN = 2;
 
 export interface SchedulerCarried {
-  /** The pool's recovery (recoverPool) had not finished when the previous run rolled over: run it again. */
-  recoverPending?: boolean;
   /** Admission answers decided while the previous run was rolling over: sent by the next run. */
   replies?: Array<{ taskId: string; admission: Admission }>;
   /** Older runs carried the queue as objects; new runs carry `packedQueue`. */
@@ -723,24 +714,22 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
 
   /**
    * A run started anew (nothing carried in: the pool's first, or one after its scheduler was
-   * terminated or failed) knows neither its queue nor its devices. It asks the pool's running tasks
-   * to enqueue again and its hosts to publish again (recoverPool); meanwhile it queues. No admitted
-   * task is lost with a scheduler run. Not waited for at a roll-over (the recovery's own signals
-   * may bring one about): the next run asks again. Runs recorded before this change did not ask,
-   * and replay so.
+   * terminated or failed) knows neither its queue nor its devices. It starts the pool's recovery
+   * (workflows/recovery.ts), which asks the pool's running tasks to enqueue again and its hosts to
+   * publish again; meanwhile it queues. No admitted task is lost with a scheduler run. A child this
+   * run abandons: roll-overs neither wait for it nor start it again. Runs recorded before this
+   * change did not start it, and replay so.
    */
-  let recoverPending = c ? c.recoverPending === true : patched('scheduler-recover-pool-v1');
-  if (recoverPending) {
-    recoverPool(pool).then(
-      ({ tasks, hosts }) => {
-        recoverPending = false;
-        if (tasks > 0 || hosts > 0) log.info('pool started anew: asked its tasks and hosts again', { pool, tasks, hosts });
-      },
-      (err: unknown) => {
-        if (isCancellation(err)) return;
-        recoverPending = false; // refused for good (not the pool's scheduler): asking again changes nothing
-        log.error('pool started anew but could not ask its tasks and hosts again', { pool, error: String(err) });
-      },
+  if (!c && patched('scheduler-recover-pool-v1')) {
+    const workflowId = poolRecoveryWorkflowId(pool, workflowInfo().runId);
+    startChild(poolRecoveryWorkflow, {
+      workflowId,
+      args: [{ pool }],
+      parentClosePolicy: ParentClosePolicy.ABANDON,
+      staticSummary: `recovery of pool ${pool}`,
+    }).then(
+      (child) => log.info('pool started anew: recovering its queue and devices', { pool, recovery: child.workflowId }),
+      (err: unknown) => log.error('pool started anew but its recovery did not start', { pool, error: String(err) }),
     );
   }
 
@@ -810,7 +799,6 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
       counters,
       runs,
       ...(configVersion > 0 ? { configVersion } : {}),
-      ...(recoverPending ? { recoverPending } : {}),
     },
   });
 }

@@ -129,9 +129,7 @@ function categorize(kind: Kind, run: Run): Category[] {
           c = ref(e.timerCanceledEventAttributes?.startedEventId) ?? lastTrigger;
           break;
         case 'ActivityTaskScheduled':
-          // A scheduler run started anew asks its pool's tasks and hosts again, once (recoverPool).
-          if (e.activityTaskScheduledEventAttributes?.activityType?.name === 'recoverPool') c = 'setup';
-          else c = kind === 'host' ? (firstSync ? 'setup' : 'liveness') : 'task';
+          c = kind === 'host' ? (firstSync ? 'setup' : 'liveness') : 'task';
           firstSync = false;
           break;
         case 'ActivityTaskStarted':
