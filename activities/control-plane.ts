@@ -62,8 +62,8 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
      * (another run of its id is on record, or tasks of the pool are running), every running task of
      * the pool on this control plane's queues is asked to enqueue again (one waiting for an
      * admission or a device does; the others ignore it), and every running host on the control
-     * queue to publish its devices again (one that publishes to this pool does); otherwise only the
-     * hosts indexed under the pool. Signals sent twice (this activity retried) change nothing more.
+     * queue to publish its devices again (one that publishes to this pool does); otherwise nobody.
+     * Signals sent twice (this activity retried) change nothing more.
      * Returns how many of each were asked.
      */
     async recoverPool(pool: string): Promise<{ tasks: number; hosts: number }> {
@@ -121,9 +121,9 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
             `WorkflowId = ${visibilityString(scheduler.workflowId)} AND RunId != ${visibilityString(scheduler.runId)}`,
           )
         ).count > 0;
-      const hosts = await ids(
-        `${FleetKind.name} = 'host' AND ${running} AND ${control}` + (before ? '' : ` AND ${FleetPool.name} = ${p}`),
-      );
+      // The pool's first scheduler: its hosts publish to it as they come, and no task waits in it.
+      if (!before) return { tasks: 0, hosts: 0 };
+      const hosts = await ids(`${FleetKind.name} = 'host' AND ${running} AND ${control}`);
       await tell(hosts, (id) => client.workflow.getHandle(id).signal(republishHostSignal, { pool, reason }));
       await tell(tasks, (id) => client.workflow.getHandle(id).signal(requeueTaskSignal, { pool, reason }));
       return { tasks: tasks.length, hosts: hosts.length };
