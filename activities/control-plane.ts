@@ -6,14 +6,24 @@
 import { Context } from '@temporalio/activity';
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
+import { decodeFromPayloadsAtIndex } from '@temporalio/common/lib/internal-non-workflow';
 import { schedulerInput, taskWorkflowQueue, type ControlPlaneConfig } from '../control-plane/config';
 import type { deviceWorkflow } from '../workflows/device';
-import { deviceWorkflowId, hostWorkflowId, poolRecoveryWorkflowId, schedulerWorkflowId } from '../workflows/ids';
+import {
+  deviceWorkflowId,
+  hostWorkflowId,
+  poolRecoveryWorkflowId,
+  schedulerWorkflowId,
+  taskWorkflowId,
+} from '../workflows/ids';
 import {
   adoptDeviceSignal,
   hostDevicesSignal,
+  releaseDeviceSignal,
   republishHostSignal,
   requeueTaskSignal,
+  taskReleasedSignal,
+  type DeviceReleased,
   type HostDevicesUpdate,
 } from '../workflows/messages';
 import { FleetKind, FleetPool, visibilityString } from '../workflows/search-attributes';
@@ -59,36 +69,43 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
     /**
      * For the recovery a pool's scheduler starts when it begins anew (workflows/recovery.ts): that
      * run knows neither its queue nor its devices. When it is not the pool's first scheduler
-     * (another run of its id is on record, or tasks of the pool are running), every running task of
+     * (another run of its id is on record), every running task of
      * the pool on this control plane's queues is asked to enqueue again (one waiting for an
      * admission or a device does; the others ignore it), and every running host on the control
      * queue to publish its devices again (one that publishes to this pool does); otherwise nobody.
      * Signals sent twice (this activity retried) change nothing more.
      * Returns how many of each were asked.
      */
-    async recoverPool(pool: string): Promise<{ tasks: number; hosts: number }> {
+    async recoverPool(pool: string): Promise<{ tasks: number; hosts: number; failed: number }> {
       const ctx = Context.current();
       const self = ctx.info.workflowExecution;
       // Only for a recovery the pool's own scheduler started (a look-alike, started by anyone who
-      // may start workflows on the control queue, would have us signal every task and host).
+      // may start workflows on the control queue, would have us signal every task and host). The
+      // parent link is the server's; the scheduler is checked by id, type and queue.
       const parent = self
         ? (await client.workflow.getHandle(self.workflowId, self.runId).describe()).raw.workflowExecutionInfo
             ?.parentExecution
         : undefined;
+      const scheduler =
+        parent?.workflowId === schedulerWorkflowId(pool) && parent.runId
+          ? await client.workflow.getHandle(parent.workflowId, parent.runId).describe()
+          : undefined;
       if (
-        !self ||
-        !parent?.runId ||
-        parent.workflowId !== schedulerWorkflowId(pool) ||
-        self.workflowId !== poolRecoveryWorkflowId(pool, parent.runId)
+        !self?.workflowId.startsWith(poolRecoveryWorkflowId(pool, '')) ||
+        !scheduler ||
+        scheduler.type !== 'schedulerWorkflow' ||
+        scheduler.taskQueue !== config.controlTaskQueue
       ) {
         throw ApplicationFailure.nonRetryable(
           `recoverPool for pool ${pool} asked by ${self?.workflowId ?? 'no workflow'} (started by ` +
             `${parent?.workflowId ?? 'no workflow'}), not by a recovery that ${schedulerWorkflowId(pool)} started`,
         );
       }
-      const scheduler = { workflowId: parent.workflowId, runId: parent.runId };
       const reason = `the scheduler of pool ${pool} started anew (run ${scheduler.runId})`;
       const running = `ExecutionStatus = 'Running'`;
+      // This deployment's workflows only (another one in the namespace would refuse our signals).
+      const control = `TaskQueue = ${visibilityString(config.controlTaskQueue)}`;
+      const taskQueues = `(TaskQueue = ${visibilityString(taskWorkflowQueue(config))} OR ${control})`;
       const ids = async (query: string): Promise<string[]> => {
         const out: string[] = [];
         for await (const wf of client.workflow.list({ query })) {
@@ -97,36 +114,101 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
         }
         return out;
       };
+      const told = new Set<string>();
+      let failed = 0;
+      /** Each signal is tried a few times; one that still fails is counted, not fatal (a retry would start over). */
       const tell = async (workflowIds: string[], send: (id: string) => Promise<void>): Promise<void> => {
-        for (let i = 0; i < workflowIds.length; i += RECOVERY_PARALLEL) {
+        const fresh = workflowIds.filter((id) => !told.has(id));
+        for (let i = 0; i < fresh.length; i += RECOVERY_PARALLEL) {
           await Promise.all(
-            workflowIds.slice(i, i + RECOVERY_PARALLEL).map((id) =>
-              send(id).catch((err: unknown) => {
-                if (!(err instanceof WorkflowNotFoundError)) throw err; // ended meanwhile: nothing to tell
-              }),
-            ),
+            fresh.slice(i, i + RECOVERY_PARALLEL).map(async (id) => {
+              told.add(id);
+              for (let attempt = 1; ; attempt++) {
+                try {
+                  return await send(id);
+                } catch (err) {
+                  if (err instanceof WorkflowNotFoundError) return; // ended meanwhile: nothing to tell
+                  if (attempt >= 3) {
+                    failed++;
+                    ctx.log.warn('pool recovery: a signal failed', { pool, workflowId: id, error: String(err) });
+                    return;
+                  }
+                  await ctx.sleep(500 * attempt);
+                }
+              }
+            }),
           );
           ctx.heartbeat();
         }
       };
       const p = visibilityString(pool);
-      // This deployment's workflows only (another one in the namespace would refuse our signals).
-      const control = `TaskQueue = ${visibilityString(config.controlTaskQueue)}`;
-      const taskQueues = `(TaskQueue = ${visibilityString(taskWorkflowQueue(config))} OR ${control})`;
-      const tasks = await ids(`${FleetKind.name} = 'task' AND ${FleetPool.name} = ${p} AND ${running} AND ${taskQueues}`);
-      const before =
-        tasks.length > 0 ||
-        (
-          await client.workflow.count(
-            `WorkflowId = ${visibilityString(scheduler.workflowId)} AND RunId != ${visibilityString(scheduler.runId)}`,
-          )
-        ).count > 0;
-      // The pool's first scheduler: its hosts publish to it as they come, and no task waits in it.
-      if (!before) return { tasks: 0, hosts: 0 };
-      const hosts = await ids(`${FleetKind.name} = 'host' AND ${running} AND ${control}`);
-      await tell(hosts, (id) => client.workflow.getHandle(id).signal(republishHostSignal, { pool, reason }));
-      await tell(tasks, (id) => client.workflow.getHandle(id).signal(requeueTaskSignal, { pool, reason }));
-      return { tasks: tasks.length, hosts: hosts.length };
+      /**
+       * The releases the lost run had received but not yet passed on (after its last completed
+       * workflow task): sent to their devices now, or each would stay held until its hold deadline.
+       * A device applies a release only while it holds that lease, so one already applied (or one
+       * the lost run did pass on) changes nothing.
+       */
+      const passOnLostReleases = async (): Promise<void> => {
+        let lost: { workflowId: string; runId: string; start: number } | undefined;
+        const query =
+          `WorkflowId = ${visibilityString(scheduler.workflowId)} AND ` +
+          `ExecutionStatus IN ('Terminated', 'Failed', 'TimedOut', 'Canceled')`;
+        for await (const wf of client.workflow.list({ query })) {
+          const start = wf.startTime.getTime();
+          if (start < scheduler.startTime.getTime() && (!lost || start > lost.start)) {
+            lost = { workflowId: wf.workflowId, runId: wf.runId, start };
+          }
+        }
+        if (!lost) return;
+        const events = (await client.workflow.getHandle(lost.workflowId, lost.runId).fetchHistory()).events ?? [];
+        let from = 0;
+        events.forEach((e, i) => {
+          if (e.workflowTaskCompletedEventAttributes) from = i + 1;
+        });
+        const releases: DeviceReleased[] = [];
+        for (const e of events.slice(from)) {
+          const sig = e.workflowExecutionSignaledEventAttributes;
+          if (sig?.signalName !== taskReleasedSignal.name) continue;
+          const r = await decodeFromPayloadsAtIndex<DeviceReleased>(
+            client.options.loadedDataConverter,
+            0,
+            sig.input?.payloads,
+          ).catch(() => undefined);
+          if (r?.hostId && r.deviceId && r.leaseId) releases.push(r);
+        }
+        await tell(
+          [...new Set(releases.map((r) => deviceWorkflowId(r.hostId, r.deviceId)))],
+          async (id) => {
+            for (const r of releases.filter((x) => deviceWorkflowId(x.hostId, x.deviceId) === id)) {
+              const note = { leaseId: r.leaseId, reason: r.reason, detail: r.detail, via: pool };
+              await client.workflow.getHandle(id).signal(releaseDeviceSignal, note);
+            }
+          },
+        );
+      };
+      const pass = async (): Promise<void> => {
+        // The pool's first scheduler (no other run of its id on record): its hosts publish to it as
+        // they come, and every task of the pool enqueues to it, so nobody is asked.
+        const before = await client.workflow.count(
+          `WorkflowId = ${visibilityString(scheduler.workflowId)} AND RunId != ${visibilityString(scheduler.runId)}`,
+        );
+        if (before.count === 0) return;
+        const tasks = await ids(`${FleetKind.name} = 'task' AND ${FleetPool.name} = ${p} AND ${running} AND ${taskQueues}`);
+        const hosts = await ids(`${FleetKind.name} = 'host' AND ${running} AND ${control}`);
+        await tell(hosts, (id) => client.workflow.getHandle(id).signal(republishHostSignal, { pool, reason }));
+        await tell(tasks, (id) => client.workflow.getHandle(id).signal(requeueTaskSignal, { pool, reason }));
+      };
+      await passOnLostReleases();
+      await pass();
+      // Visibility lags behind the workflows: a second look, after a margin, finds what the first
+      // missed (a task started just before the old run ended). Whoever was told already is not told again.
+      for (let waited = 0; waited < RECOVERY_SECOND_LOOK_MS; waited += 1_000) {
+        await ctx.sleep(1_000);
+        ctx.heartbeat();
+      }
+      await pass();
+      const count = (prefix: string) => [...told].filter((id) => id.startsWith(prefix)).length;
+      return { tasks: count(taskWorkflowId('')), hosts: count(hostWorkflowId('')), failed };
     },
 
     /**
@@ -218,6 +300,8 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
 
 /** How many signals `recoverPool` has on their way at once. */
 const RECOVERY_PARALLEL = 16;
+/** How long `recoverPool` waits before its second look (visibility lags behind the workflows). */
+const RECOVERY_SECOND_LOOK_MS = 5_000;
 
 export type ControlPlaneActivities = ReturnType<typeof createControlPlaneActivities>;
 

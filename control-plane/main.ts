@@ -92,17 +92,24 @@ async function main(): Promise<void> {
   // A scheduler terminated by an operator (or failed) is started again within poolWatchMs, even in
   // a pool where nothing else happens; its new run asks the pool's tasks and hosts again.
   void (async () => {
+    // Each failure is said once per spell (the server may be down a while), not at every check.
     let failing = false;
+    const failingPools = new Set<string>();
     while (!stopping) {
       await new Promise((r) => setTimeout(r, config.poolWatchMs).unref());
       if (stopping) return;
       try {
-        for (const pool of await restartStoppedSchedulers(client, config)) {
+        const { restarted, failed } = await restartStoppedSchedulers(client, config);
+        for (const pool of restarted) {
           log.warn('the scheduler of a pool was not running (terminated or failed): started again', { pool });
         }
+        for (const { pool, error } of failed) {
+          if (!failingPools.has(pool)) log.error('could not start the scheduler of a pool again; trying again', { pool, error });
+        }
+        failingPools.clear();
+        for (const { pool } of failed) failingPools.add(pool);
         failing = false;
       } catch (err) {
-        // Said once per spell of failures (the server may be down for a while), not at every check.
         if (!failing) log.warn('could not check that every pool scheduler runs; trying again', { error: err });
         failing = true;
       }

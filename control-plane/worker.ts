@@ -158,15 +158,16 @@ export async function ensurePools(
  * The pools whose scheduler is not running although it should: every configured pool, and every
  * pool on this control queue whose scheduler was terminated or failed (pools a host named), with no
  * run of it going now. Each is started again (configured ones configured as by `ensurePools`); the
- * new run asks its tasks and hosts again (workflows/scheduler.ts, recoverPool). Returns the pools
- * started again. A scheduler that fails at once (a configuration its workers refuse) is started
- * again at each check, and says why in its failure.
+ * new run recovers its queue and devices (workflows/recovery.ts). Each pool on its own: one that
+ * cannot be checked or started is reported in `failed` and does not keep the others from it. A
+ * scheduler that fails at once (a configuration its workers refuse) is started again at each check,
+ * and says why in its failure.
  */
 export async function restartStoppedSchedulers(
   client: Client,
   config: ControlPlaneConfig,
   { timeoutMs = ENSURE_POOL_TIMEOUT_MS }: { timeoutMs?: number } = {},
-): Promise<string[]> {
+): Promise<{ restarted: string[]; failed: Array<{ pool: string; error: unknown }> }> {
   const pools = new Set(Object.keys(config.pools));
   const query =
     `${FleetKind.name} = 'scheduler' AND TaskQueue = ${visibilityString(config.controlTaskQueue)} AND ` +
@@ -176,26 +177,32 @@ export async function restartStoppedSchedulers(
     if (pool && wf.workflowId === schedulerWorkflowId(pool)) pools.add(pool);
   }
   const restarted: string[] = [];
+  const failed: Array<{ pool: string; error: unknown }> = [];
   for (const pool of pools) {
     try {
-      if ((await client.workflow.getHandle(schedulerWorkflowId(pool)).describe()).status.name === 'RUNNING') continue;
-    } catch (err) {
-      if (!(err instanceof WorkflowNotFoundError)) throw err;
+      try {
+        const d = await client.workflow.getHandle(schedulerWorkflowId(pool)).describe();
+        if (d.status.name === 'RUNNING') continue;
+      } catch (err) {
+        if (!(err instanceof WorkflowNotFoundError)) throw err;
+      }
+      if (config.pools[pool]) {
+        await within(ensurePool(client, config, pool, timeoutMs), timeoutMs, `configure the scheduler of pool ${pool}`);
+      } else {
+        await client.workflow.start<typeof schedulerWorkflow>('schedulerWorkflow', {
+          workflowId: schedulerWorkflowId(pool),
+          taskQueue: config.controlTaskQueue,
+          args: [schedulerInput(config, pool)],
+          workflowIdConflictPolicy: 'USE_EXISTING',
+          staticSummary: `scheduler of pool ${pool}`,
+        });
+      }
+      restarted.push(pool);
+    } catch (error) {
+      failed.push({ pool, error });
     }
-    if (config.pools[pool]) {
-      await within(ensurePool(client, config, pool, timeoutMs), timeoutMs, `configure the scheduler of pool ${pool}`);
-    } else {
-      await client.workflow.start<typeof schedulerWorkflow>('schedulerWorkflow', {
-        workflowId: schedulerWorkflowId(pool),
-        taskQueue: config.controlTaskQueue,
-        args: [schedulerInput(config, pool)],
-        workflowIdConflictPolicy: 'USE_EXISTING',
-        staticSummary: `scheduler of pool ${pool}`,
-      });
-    }
-    restarted.push(pool);
   }
-  return restarted;
+  return { restarted, failed };
 }
 
 async function ensurePool(client: Client, config: ControlPlaneConfig, pool: string, timeoutMs: number): Promise<void> {

@@ -6,8 +6,10 @@
  * same way is started again by its host once the pool's next reservation finds it gone.
  */
 import assert from 'node:assert/strict';
+import { temporal } from '@temporalio/proto';
 import { AdmissionPendingError } from '../control-plane/client';
 import { schedulerInput } from '../control-plane/config';
+import { deviceStateQuery } from '../workflows/messages';
 import { ensurePools, restartStoppedSchedulers } from '../control-plane/worker';
 import { FleetPool } from '../workflows/search-attributes';
 import { deviceWorkflowId, hostWorkflowId, poolRecoveryWorkflowId, schedulerWorkflowId, taskWorkflowId } from '../workflows/ids';
@@ -137,14 +139,14 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
       async () => ((await handle.describe()).typedSearchAttributes.get(FleetPool) === extra ? true : undefined),
       'the scheduler indexed',
     );
-    assert.deepEqual(await restartStoppedSchedulers(f.client, f.config), [], 'every scheduler runs');
+    assert.deepEqual(await restartStoppedSchedulers(f.client, f.config), { restarted: [], failed: [] }, 'all run');
     await handle.terminate('test: scheduler lost');
     // Once visibility shows it terminated, the check starts it again (and only it).
-    const restarted = await eventually(async () => {
+    const r = await eventually(async () => {
       const r = await restartStoppedSchedulers(f!.client, f!.config);
-      return r.length > 0 ? r : undefined;
+      return r.restarted.length > 0 ? r : undefined;
     }, 'the check to start it again');
-    assert.deepEqual(restarted, [extra]);
+    assert.deepEqual(r, { restarted: [extra], failed: [] });
     const now = await f.client.workflow.getHandle(schedulerWorkflowId(extra)).describe();
     assert.equal(now.status.name, 'RUNNING');
     assert.notEqual(now.runId, handle.firstExecutionRunId);
@@ -178,6 +180,86 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
     assert.equal(await signalled(taskWorkflowId(waiting.taskId), 'requeueTask'), false);
     assert.equal(await signalled(hostWorkflowId(f.hostId('h1')), 'republishHost'), false);
     await lookalike.terminate('test over');
+  });
+
+  it('A scheduler run reset to a point after it started its recovery runs on (README: a workflow whose workflow tasks keep failing)', async () => {
+    f = await startFleet('recover-reset');
+    await f.addHost('h1', [{ deviceId: 'd1' }]);
+    await eventually(async () => ((await f!.scheduler()).devices.length >= 1 ? true : undefined), 'd1 in the pool');
+    const id = schedulerWorkflowId(f.pool);
+    const before = await f.client.workflow.getHandle(id).describe();
+    const events = (await f.client.workflow.getHandle(id, before.runId).fetchHistory()).events ?? [];
+    const started = events.findIndex((e) => e.startChildWorkflowExecutionInitiatedEventAttributes);
+    assert.ok(started >= 0, 'the run started its recovery');
+    const after = events.slice(started).find((e) => e.workflowTaskCompletedEventAttributes);
+    assert.ok(after, 'a workflow task completed after it');
+    const { runId } = await f.client.workflowService.resetWorkflowExecution({
+      namespace: f.client.options.namespace,
+      workflowExecution: { workflowId: id, runId: before.runId },
+      reason: 'test: reset past the recovery start',
+      workflowTaskFinishEventId: after.eventId,
+      requestId: uid('reset'),
+    });
+    // The reset run replays its recovery start and serves: a task submitted now runs.
+    const view = await f.fleet.submit({ goal: 'after the reset' });
+    assert.equal((await f.fleet.wait(view.taskId, { timeoutMs: 60_000 })).status, 'done');
+    const reset = (await f.client.workflow.getHandle(id, runId!).fetchHistory()).events ?? [];
+    // The reset itself records one failed workflow task (cause: reset); any other is a replay failure.
+    const failures = reset
+      .map((e) => e.workflowTaskFailedEventAttributes)
+      .filter((a) => a && a.cause !== temporal.api.enums.v1.WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW);
+    assert.deepEqual(
+      failures.map((a) => a?.failure?.message),
+      [],
+      'no workflow task of the reset run failed',
+    );
+  });
+
+  it('A release the lost run had received but not passed on reaches the device (not held until its deadline)', async () => {
+    f = await startFleet('recover-release');
+    const holder = uid('holder');
+    const told = new Promise<void>((r) => (finish = r));
+    const { runners } = recordingRunners({
+      override: (ctx) =>
+        ctx.taskId === holder
+          ? (async () => {
+              ctx.started();
+              await told;
+              return { status: 'done' as const, output: 'done' };
+            })()
+          : undefined,
+    });
+    await f.addHost('h1', [{ deviceId: 'd1' }], { runners });
+    await eventually(async () => ((await f!.scheduler()).devices.length >= 1 ? true : undefined), 'd1 in the pool');
+    await f.fleet.submit({ taskId: holder, goal: 'hold the device' });
+    await f.waitForStatus(holder, 'running');
+    // The scheduler is replaced by a run nobody serves: it records the task's release and never passes it on.
+    const sched = f.client.workflow.getHandle(schedulerWorkflowId(f.pool));
+    await sched.terminate('test: replaced by a run nobody serves');
+    await f.client.workflow.start('schedulerWorkflow', {
+      workflowId: schedulerWorkflowId(f.pool),
+      taskQueue: uid('nobody-polls'),
+      args: [{ pool: f.pool, config: f.config.pools[f.pool] }],
+    });
+    finish!();
+    assert.equal((await f.fleet.wait(holder, { timeoutMs: 60_000 })).status, 'done');
+    await eventually(
+      async () =>
+        (await sched.fetchHistory()).events?.some(
+          (e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'taskReleased',
+        ) || undefined,
+      'the release recorded by the run nobody serves',
+    );
+    const device = f.client.workflow.getHandle(deviceWorkflowId(f.hostId('h1'), 'd1'));
+    assert.ok((await device.query(deviceStateQuery)).current, 'still held: the release never reached it');
+    await sched.terminate('test: scheduler lost');
+    await ensurePools(f.client, f.config);
+    // Freed by the recovery, long before the hold's deadline (ack 10 s + execution 60 s + 60 s).
+    await eventually(
+      async () => ((await device.query(deviceStateQuery)).current === undefined ? true : undefined),
+      'the device freed',
+      20_000,
+    );
   });
 
   it('A task whose admission was never answered (its scheduler run ended first) is admitted by the next run', async () => {

@@ -17,8 +17,13 @@ const { recoverPool } = proxyActivities<ReturnType<typeof controlActivities.crea
   summary: 'ask the pool\'s tasks to enqueue again and its hosts to publish again',
 });
 
-export async function poolRecoveryWorkflow(input: { pool: string }): Promise<{ tasks: number; hosts: number }> {
+export async function poolRecoveryWorkflow(input: {
+  pool: string;
+}): Promise<{ tasks: number; hosts: number; failed: number }> {
   const r = await recoverPool(input.pool);
-  setCurrentDetails(`pool **${input.pool}** recovered · ${r.tasks} tasks and ${r.hosts} hosts asked again`);
+  setCurrentDetails(
+    `pool **${input.pool}** recovered · ${r.tasks} tasks and ${r.hosts} hosts asked again` +
+      (r.failed > 0 ? ` · **${r.failed} could not be told** (see the control plane's log)` : ''),
+  );
   return r;
 }

@@ -721,7 +721,8 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
    * change did not start it, and replay so.
    */
   if (!c && patched('scheduler-recover-pool-v1')) {
-    const workflowId = poolRecoveryWorkflowId(pool, workflowInfo().runId);
+    // The run id of the started event: a reset of this run keeps it, so the replayed start matches.
+    const workflowId = poolRecoveryWorkflowId(pool, workflowInfo().originalExecutionRunId);
     startChild(poolRecoveryWorkflow, {
       workflowId,
       args: [{ pool }],
