@@ -7,7 +7,7 @@ import { Context } from '@temporalio/activity';
 import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import { decodeFromPayloadsAtIndex } from '@temporalio/common/lib/internal-non-workflow';
-import { schedulerInput, taskWorkflowQueue, type ControlPlaneConfig } from '../control-plane/config';
+import { schedulerInput, schedulerStart, taskWorkflowQueue, type ControlPlaneConfig } from '../control-plane/config';
 import type { deviceWorkflow } from '../workflows/device';
 import {
   deviceWorkflowId,
@@ -57,13 +57,7 @@ export interface ControlPlaneDeps {
 export function createControlPlaneActivities({ client, config }: ControlPlaneDeps) {
   return {
     async ensureScheduler(pool: string): Promise<void> {
-      await client.workflow.start<typeof schedulerWorkflow>('schedulerWorkflow', {
-        workflowId: schedulerWorkflowId(pool),
-        taskQueue: config.controlTaskQueue,
-        args: [schedulerInput(config, pool)],
-        workflowIdConflictPolicy: 'USE_EXISTING',
-        staticSummary: `scheduler of pool ${pool}`,
-      });
+      await client.workflow.start<typeof schedulerWorkflow>('schedulerWorkflow', schedulerStart(config, pool));
     },
 
     /**

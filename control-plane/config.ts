@@ -4,7 +4,14 @@
  */
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
-import { DEFAULT_CONTROL_TASK_QUEUE, DEFAULT_POOL, hostTaskQueue, ID_RULE, isValidId } from '../workflows/ids';
+import {
+  DEFAULT_CONTROL_TASK_QUEUE,
+  DEFAULT_POOL,
+  hostTaskQueue,
+  ID_RULE,
+  isValidId,
+  schedulerWorkflowId,
+} from '../workflows/ids';
 import { DEFAULT_POLICY, MAX_ATTEMPTS_LIMIT } from '../workflows/policy';
 import { hasStrategy, strategyNames } from '../workflows/strategies';
 import type { SchedulerInput } from '../workflows/scheduler';
@@ -179,5 +186,19 @@ export function schedulerInput(config: ControlPlaneConfig, pool: string): Schedu
     historyLimit: config.historyLimit,
     holdSweepMs: config.holdSweepMs,
     holdSlackMs: config.holdSlackMs,
+  };
+}
+
+/**
+ * How the control plane starts a pool's scheduler (at start, on a task's or a host's behalf, and
+ * again after it stopped): attached to the one that runs, if any.
+ */
+export function schedulerStart(config: ControlPlaneConfig, pool: string) {
+  return {
+    workflowId: schedulerWorkflowId(pool),
+    taskQueue: config.controlTaskQueue,
+    args: [schedulerInput(config, pool)] as [SchedulerInput],
+    workflowIdConflictPolicy: 'USE_EXISTING' as const,
+    staticSummary: `scheduler of pool ${pool}`,
   };
 }

@@ -20,7 +20,7 @@ import {
 } from '../workflows/messages';
 import type { schedulerWorkflow } from '../workflows/scheduler';
 import { ALL_SEARCH_ATTRIBUTES, FleetKind, FleetPool, visibilityString } from '../workflows/search-attributes';
-import { poolConfig, schedulerInput, taskWorkflowQueue, type ControlPlaneConfig } from './config';
+import { poolConfig, schedulerStart, taskWorkflowQueue, type ControlPlaneConfig } from './config';
 import { PAYLOAD_CONVERTER_PATH } from './connection';
 import { createSealingCodec } from './sealing';
 import { createSignalAuthCodec, signalKeysFromEnv, type SignalKeys } from './signal-auth';
@@ -189,13 +189,7 @@ export async function restartStoppedSchedulers(
       if (config.pools[pool]) {
         await within(ensurePool(client, config, pool, timeoutMs), timeoutMs, `configure the scheduler of pool ${pool}`);
       } else {
-        await client.workflow.start<typeof schedulerWorkflow>('schedulerWorkflow', {
-          workflowId: schedulerWorkflowId(pool),
-          taskQueue: config.controlTaskQueue,
-          args: [schedulerInput(config, pool)],
-          workflowIdConflictPolicy: 'USE_EXISTING',
-          staticSummary: `scheduler of pool ${pool}`,
-        });
+        await client.workflow.start<typeof schedulerWorkflow>('schedulerWorkflow', schedulerStart(config, pool));
       }
       restarted.push(pool);
     } catch (error) {
@@ -207,13 +201,7 @@ export async function restartStoppedSchedulers(
 
 async function ensurePool(client: Client, config: ControlPlaneConfig, pool: string, timeoutMs: number): Promise<void> {
   const workflowId = schedulerWorkflowId(pool);
-  await client.workflow.start<typeof schedulerWorkflow>('schedulerWorkflow', {
-    workflowId,
-    taskQueue: config.controlTaskQueue,
-    args: [schedulerInput(config, pool)],
-    workflowIdConflictPolicy: 'USE_EXISTING',
-    staticSummary: `scheduler of pool ${pool}`,
-  });
+  await client.workflow.start<typeof schedulerWorkflow>('schedulerWorkflow', schedulerStart(config, pool));
   // Not through the handle start() returns: attached to a running scheduler, that handle takes the
   // current run for the first of its chain, and once the scheduler has continued-as-new the server
   // finds no such chain (NOT_FOUND): every control-plane restart after a roll-over failed here.

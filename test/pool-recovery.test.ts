@@ -20,18 +20,10 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
   let f: Fleet | undefined;
   /** Lets a runner that holds its device end (so the host can stop even when a test failed). */
   let finish: (() => void) | undefined;
-  afterEach(async () => {
-    finish?.();
-    finish = undefined;
-    await f?.stop();
-    f = undefined;
-  });
-
-  it('Tasks queued in a terminated scheduler run once the pool is started again; the task running meanwhile ends and frees its device', async () => {
-    f = await startFleet('recover-queue');
+  /** Runners whose run of task `holder` goes on, its device held, until `finish()`. */
+  const holding = (holder: string) => {
     const told = new Promise<void>((r) => (finish = r));
-    const holder = uid('holder');
-    const { runners, calls } = recordingRunners({
+    return recordingRunners({
       override: (ctx) =>
         ctx.taskId === holder
           ? (async () => {
@@ -41,6 +33,29 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
             })()
           : undefined,
     });
+  };
+  /** Terminates the pool's scheduler and starts one under its id on a queue no worker polls. */
+  const replaceByRunNobodyServes = async (fleet: Fleet) => {
+    const sched = fleet.client.workflow.getHandle(schedulerWorkflowId(fleet.pool));
+    await sched.terminate('test: replaced by a run nobody serves');
+    await fleet.client.workflow.start('schedulerWorkflow', {
+      workflowId: schedulerWorkflowId(fleet.pool),
+      taskQueue: uid('nobody-polls'),
+      args: [{ pool: fleet.pool, config: fleet.config.pools[fleet.pool] }],
+    });
+    return sched;
+  };
+  afterEach(async () => {
+    finish?.();
+    finish = undefined;
+    await f?.stop();
+    f = undefined;
+  });
+
+  it('Tasks queued in a terminated scheduler run once the pool is started again; the task running meanwhile ends and frees its device', async () => {
+    f = await startFleet('recover-queue');
+    const holder = uid('holder');
+    const { runners, calls } = holding(holder);
     await f.addHost('h1', [{ deviceId: 'd1' }], { runners });
     await eventually(async () => ((await f!.scheduler()).devices.length >= 1 ? true : undefined), 'd1 in the pool');
     const running = await f.fleet.submit({ taskId: holder, goal: 'hold the device' });
@@ -218,29 +233,13 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
   it('A release the lost run had received but not passed on reaches the device (not held until its deadline)', async () => {
     f = await startFleet('recover-release');
     const holder = uid('holder');
-    const told = new Promise<void>((r) => (finish = r));
-    const { runners } = recordingRunners({
-      override: (ctx) =>
-        ctx.taskId === holder
-          ? (async () => {
-              ctx.started();
-              await told;
-              return { status: 'done' as const, output: 'done' };
-            })()
-          : undefined,
-    });
+    const { runners } = holding(holder);
     await f.addHost('h1', [{ deviceId: 'd1' }], { runners });
     await eventually(async () => ((await f!.scheduler()).devices.length >= 1 ? true : undefined), 'd1 in the pool');
     await f.fleet.submit({ taskId: holder, goal: 'hold the device' });
     await f.waitForStatus(holder, 'running');
     // The scheduler is replaced by a run nobody serves: it records the task's release and never passes it on.
-    const sched = f.client.workflow.getHandle(schedulerWorkflowId(f.pool));
-    await sched.terminate('test: replaced by a run nobody serves');
-    await f.client.workflow.start('schedulerWorkflow', {
-      workflowId: schedulerWorkflowId(f.pool),
-      taskQueue: uid('nobody-polls'),
-      args: [{ pool: f.pool, config: f.config.pools[f.pool] }],
-    });
+    const sched = await replaceByRunNobodyServes(f);
     finish!();
     assert.equal((await f.fleet.wait(holder, { timeoutMs: 60_000 })).status, 'done');
     await eventually(
@@ -267,13 +266,7 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
     await f.addHost('h1', [{ deviceId: 'd1' }]);
     await eventually(async () => ((await f!.scheduler()).devices.length >= 1 ? true : undefined), 'd1 in the pool');
     // The pool's scheduler id is taken by a run no worker serves: it takes the enqueue and never answers.
-    const sched = f.client.workflow.getHandle(schedulerWorkflowId(f.pool));
-    await sched.terminate('test: replaced by a run nobody serves');
-    await f.client.workflow.start('schedulerWorkflow', {
-      workflowId: schedulerWorkflowId(f.pool),
-      taskQueue: uid('nobody-polls'),
-      args: [{ pool: f.pool, config: f.config.pools[f.pool] }],
-    });
+    const sched = await replaceByRunNobodyServes(f);
     // The submit call gives up waiting for the answer (202 in REST): the enqueue is in the run that never answers.
     const taskId = uid('waiting');
     await assert.rejects(

@@ -247,7 +247,7 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
   // answered again, and the task keeps its first answer). Any other task has nothing queued.
   onSignal(requeueTaskSignal, ({ pool, reason }) => {
     const waiting = awaitingAttempt > 0 && assignment === undefined && admission?.accepted !== false;
-    if (pool !== input.pool || !waiting || state.cancelRequested) return;
+    if (pool !== input.pool || !waiting || state.cancelRequested || root.consideredCancelled) return;
     // Asked only when it applies: a run recorded by a worker from before took the signal and did nothing.
     if (!patched('task-requeue-v1')) return;
     log.info('enqueueing again: the pool started anew', { taskId: input.taskId, attempt: awaitingAttempt, reason });
