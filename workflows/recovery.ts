@@ -20,7 +20,7 @@ const { recoverPool } = proxyActivities<ReturnType<typeof controlActivities.crea
 export async function poolRecoveryWorkflow(input: {
   pool: string;
 }): Promise<{ tasks: number; hosts: number; failed: number }> {
-  const r = await recoverPool(input.pool);
+  const r = await recoverPool(input.pool); // a pool's first scheduler: nobody to ask (0, 0)
   setCurrentDetails(
     `pool **${input.pool}** recovered · ${r.tasks} tasks and ${r.hosts} hosts asked again` +
       (r.failed > 0 ? ` · **${r.failed} could not be told** (see the control plane's log)` : ''),

@@ -729,7 +729,11 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
       parentClosePolicy: ParentClosePolicy.ABANDON,
       staticSummary: `recovery of pool ${pool}`,
     }).then(
-      (child) => log.info('pool started anew: recovering its queue and devices', { pool, recovery: child.workflowId }),
+      (child) =>
+        log.info('scheduler run started without carried state: its recovery asks again after an earlier run', {
+          pool,
+          recovery: child.workflowId,
+        }),
       (err: unknown) => log.error('pool started anew but its recovery did not start', { pool, error: String(err) }),
     );
   }
