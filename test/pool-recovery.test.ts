@@ -6,6 +6,7 @@
  * same way is started again by its host once the pool's next reservation finds it gone.
  */
 import assert from 'node:assert/strict';
+import type { WorkflowHandle } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
 import { AdmissionPendingError } from '../control-plane/client';
 import { schedulerInput } from '../control-plane/config';
@@ -34,6 +35,11 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
           : undefined,
     });
   };
+  /** Whether the workflow's history holds a signal of this name. */
+  const signalled = async (handle: WorkflowHandle, name: string): Promise<boolean> =>
+    ((await handle.fetchHistory()).events ?? []).some(
+      (e) => e.workflowExecutionSignaledEventAttributes?.signalName === name,
+    );
   /** Terminates the pool's scheduler and starts one under its id on a queue no worker polls. */
   const replaceByRunNobodyServes = async (fleet: Fleet) => {
     const sched = fleet.client.workflow.getHandle(schedulerWorkflowId(fleet.pool));
@@ -188,12 +194,8 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
       return undefined;
     }, "the look-alike's recoverPool refused");
     assert.match(failure, /started by not-a-scheduler-.*\), not by a recovery that scheduler\//);
-    const signalled = async (workflowId: string, name: string) =>
-      ((await f!.client.workflow.getHandle(workflowId).fetchHistory()).events ?? []).some(
-        (e) => e.workflowExecutionSignaledEventAttributes?.signalName === name,
-      );
-    assert.equal(await signalled(taskWorkflowId(waiting.taskId), 'requeueTask'), false);
-    assert.equal(await signalled(hostWorkflowId(f.hostId('h1')), 'republishHost'), false);
+    assert.equal(await signalled(f.client.workflow.getHandle(taskWorkflowId(waiting.taskId)), 'requeueTask'), false);
+    assert.equal(await signalled(f.client.workflow.getHandle(hostWorkflowId(f.hostId('h1'))), 'republishHost'), false);
     await lookalike.terminate('test over');
   });
 
@@ -242,13 +244,7 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
     const sched = await replaceByRunNobodyServes(f);
     finish!();
     assert.equal((await f.fleet.wait(holder, { timeoutMs: 60_000 })).status, 'done');
-    await eventually(
-      async () =>
-        (await sched.fetchHistory()).events?.some(
-          (e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'taskReleased',
-        ) || undefined,
-      'the release recorded by the run nobody serves',
-    );
+    await eventually(async () => (await signalled(sched, 'taskReleased')) || undefined, 'the release recorded by the run nobody serves');
     const device = f.client.workflow.getHandle(deviceWorkflowId(f.hostId('h1'), 'd1'));
     assert.ok((await device.query(deviceStateQuery)).current, 'still held: the release never reached it');
     await sched.terminate('test: scheduler lost');
@@ -273,13 +269,7 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
       f.fleet.submit({ taskId, goal: 'open settings' }, { admissionTimeoutMs: 1_000 }),
       AdmissionPendingError,
     );
-    await eventually(
-      async () =>
-        (await sched.fetchHistory()).events?.some(
-          (e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'enqueueTask',
-        ) || undefined,
-      'the enqueue delivered to the run nobody serves',
-    );
+    await eventually(async () => (await signalled(sched, 'enqueueTask')) || undefined, 'the enqueue delivered to the run nobody serves');
     await sched.terminate('test: scheduler lost');
     await ensurePools(f.client, f.config);
     const done = await f.fleet.wait(taskId, { timeoutMs: 60_000 });
