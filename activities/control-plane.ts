@@ -26,7 +26,7 @@ import {
   type DeviceReleased,
   type HostDevicesUpdate,
 } from '../workflows/messages';
-import { FleetKind, FleetPool, visibilityString } from '../workflows/search-attributes';
+import { FleetKind, FleetPool, STOPPED, visibilityString } from '../workflows/search-attributes';
 import type { schedulerWorkflow } from '../workflows/scheduler';
 import type { DeviceSnapshot } from '../workflows/types';
 import type { HostPublicKeys } from '../workflows/identity';
@@ -95,6 +95,12 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
             `${parent?.workflowId ?? 'no workflow'}), not by a recovery that ${schedulerWorkflowId(pool)} started`,
         );
       }
+      // The pool's first scheduler (no other run of its id on record): its hosts publish to it as
+      // they come, and every task of the pool enqueues to it, so nobody is asked.
+      const earlier = await client.workflow.count(
+        `WorkflowId = ${visibilityString(scheduler.workflowId)} AND RunId != ${visibilityString(scheduler.runId)}`,
+      );
+      if (earlier.count === 0) return { tasks: 0, hosts: 0, failed: 0 };
       const reason = `the scheduler of pool ${pool} started anew (run ${scheduler.runId})`;
       const running = `ExecutionStatus = 'Running'`;
       // This deployment's workflows only (another one in the namespace would refuse our signals).
@@ -145,8 +151,7 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
       const passOnLostReleases = async (): Promise<void> => {
         let lost: { workflowId: string; runId: string; start: number } | undefined;
         const query =
-          `WorkflowId = ${visibilityString(scheduler.workflowId)} AND ` +
-          `ExecutionStatus IN ('Terminated', 'Failed', 'TimedOut', 'Canceled')`;
+          `WorkflowId = ${visibilityString(scheduler.workflowId)} AND ${STOPPED}`;
         for await (const wf of client.workflow.list({ query })) {
           const start = wf.startTime.getTime();
           if (start < scheduler.startTime.getTime() && (!lost || start > lost.start)) {
@@ -181,12 +186,6 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
         );
       };
       const pass = async (): Promise<void> => {
-        // The pool's first scheduler (no other run of its id on record): its hosts publish to it as
-        // they come, and every task of the pool enqueues to it, so nobody is asked.
-        const before = await client.workflow.count(
-          `WorkflowId = ${visibilityString(scheduler.workflowId)} AND RunId != ${visibilityString(scheduler.runId)}`,
-        );
-        if (before.count === 0) return;
         const tasks = await ids(`${FleetKind.name} = 'task' AND ${FleetPool.name} = ${p} AND ${running} AND ${taskQueues}`);
         const hosts = await ids(`${FleetKind.name} = 'host' AND ${running} AND ${control}`);
         await tell(hosts, (id) => client.workflow.getHandle(id).signal(republishHostSignal, { pool, reason }));

@@ -19,7 +19,7 @@ import {
   type SchedulerConfig,
 } from '../workflows/messages';
 import type { schedulerWorkflow } from '../workflows/scheduler';
-import { ALL_SEARCH_ATTRIBUTES, FleetKind, FleetPool, visibilityString } from '../workflows/search-attributes';
+import { ALL_SEARCH_ATTRIBUTES, FleetKind, FleetPool, STOPPED, visibilityString } from '../workflows/search-attributes';
 import { poolConfig, schedulerStart, taskWorkflowQueue, type ControlPlaneConfig } from './config';
 import { PAYLOAD_CONVERTER_PATH } from './connection';
 import { createSealingCodec } from './sealing';
@@ -170,8 +170,7 @@ export async function restartStoppedSchedulers(
 ): Promise<{ restarted: string[]; failed: Array<{ pool: string; error: unknown }> }> {
   const pools = new Set(Object.keys(config.pools));
   const query =
-    `${FleetKind.name} = 'scheduler' AND TaskQueue = ${visibilityString(config.controlTaskQueue)} AND ` +
-    `ExecutionStatus IN ('Terminated', 'Failed', 'TimedOut', 'Canceled')`;
+    `${FleetKind.name} = 'scheduler' AND TaskQueue = ${visibilityString(config.controlTaskQueue)} AND ${STOPPED}`;
   for await (const wf of client.workflow.list({ query })) {
     const pool = wf.typedSearchAttributes.get(FleetPool);
     if (pool && wf.workflowId === schedulerWorkflowId(pool)) pools.add(pool);

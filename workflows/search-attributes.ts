@@ -21,3 +21,6 @@ export const ALL_SEARCH_ATTRIBUTES = [
 
 /** A string value for a visibility query (list filter): double-quoted, quotes and backslashes dropped. */
 export const visibilityString = (v: string): string => `"${v.replace(/["\\]/g, '')}"`;
+
+/** A visibility filter for runs that ended without completing (terminated, failed, timed out, cancelled). */
+export const STOPPED = `ExecutionStatus IN ('Terminated', 'Failed', 'TimedOut', 'Canceled')`;
