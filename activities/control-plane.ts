@@ -23,12 +23,21 @@ import {
   republishHostSignal,
   requeueTaskSignal,
   taskReleasedSignal,
+  taskStateQuery,
   type DeviceReleased,
   type HostDevicesUpdate,
 } from '../workflows/messages';
-import { FleetKind, FleetPool, STOPPED, visibilityString } from '../workflows/search-attributes';
+import { reservationHoldMs } from '../workflows/policy';
+import {
+  FleetDeviceId,
+  FleetHostId,
+  FleetKind,
+  FleetPool,
+  STOPPED,
+  visibilityString,
+} from '../workflows/search-attributes';
 import type { schedulerWorkflow } from '../workflows/scheduler';
-import type { DeviceSnapshot } from '../workflows/types';
+import type { DeviceSnapshot, Reservation } from '../workflows/types';
 import type { HostPublicKeys } from '../workflows/identity';
 
 export interface SyncHostRequest {
@@ -42,6 +51,11 @@ export interface SyncHostRequest {
    * or may still be retiring from the host's previous enrolment (they are adopted).
    */
   newDevices: string[];
+  /**
+   * Of `newDevices`, those a pool found without a workflow (republishHost): each is started knowing
+   * the lease a running task still holds on it, if any (`findHolder`).
+   */
+  restoreDevices?: string[];
   /** Every pool to tell, including pools the host no longer has devices in (they get an empty list). */
   pools: string[];
   version: number;
@@ -55,6 +69,74 @@ export interface ControlPlaneDeps {
 }
 
 export function createControlPlaneActivities({ client, config }: ControlPlaneDeps) {
+  /**
+   * The lease the task workflow holds on this device now (undefined: none, or it ended), as the
+   * device held it: its hold counted from the assignment.
+   */
+  const holdOn = async (
+    workflowId: string,
+    device: { hostId: string; deviceId: string; keys: HostPublicKeys },
+  ): Promise<Reservation | undefined> => {
+    const { hostId, deviceId } = device;
+    const view = await client.workflow
+      .getHandle(workflowId)
+      .query(taskStateQuery)
+      .catch((err: unknown) => {
+        if (err instanceof WorkflowNotFoundError) return undefined;
+        throw err;
+      });
+    const cur = view?.current;
+    if (!view || !cur || cur.hostId !== hostId || cur.deviceId !== deviceId) return undefined;
+    return {
+      taskId: view.taskId,
+      attempt: cur.attempt,
+      submittedAt: view.submittedAt,
+      leaseId: cur.leaseId,
+      pool: view.pool,
+      hostKeys: device.keys,
+      holdMs: reservationHoldMs(view.policy),
+      hostId,
+      deviceId,
+      reservedAt: cur.assignedAt,
+      expiresAt: cur.assignedAt + reservationHoldMs(view.policy),
+    };
+  };
+
+  /**
+   * The running task of this deployment whose current attempt is on the device, read from the
+   * task itself (visibility finds the candidates: it indexes the device a task was assigned).
+   */
+  const findHolder = async (req: SyncHostRequest, deviceId: string): Promise<Reservation | undefined> => {
+    const control = `TaskQueue = ${visibilityString(config.controlTaskQueue)}`;
+    const query =
+      `${FleetKind.name} = 'task' AND ExecutionStatus = 'Running' AND WorkflowType = 'taskWorkflow' AND ` +
+      `${FleetHostId.name} = ${visibilityString(req.hostId)} AND ${FleetDeviceId.name} = ${visibilityString(deviceId)} AND ` +
+      `(TaskQueue = ${visibilityString(taskWorkflowQueue(config))} OR ${control})`;
+    const holders: Reservation[] = [];
+    for await (const wf of client.workflow.list({ query })) {
+      const hold = await holdOn(wf.workflowId, { hostId: req.hostId, deviceId, keys: req.keys });
+      if (hold) holders.push(hold);
+    }
+    if (holders.length > 1) {
+      Context.current().log.warn('more than one running task holds a device; the device keeps the newest', {
+        device: `${req.hostId}/${deviceId}`,
+        tasks: holders.map((h) => h.taskId),
+      });
+    }
+    return holders.sort((a, b) => b.reservedAt - a.reservedAt)[0];
+  };
+
+  /**
+   * The task may have let go between the look and the start (its release then found no device
+   * workflow to pass on to): looked at again, and released on the device if so.
+   */
+  const releaseIfLetGo = async (held: Reservation): Promise<void> => {
+    const still = await holdOn(taskWorkflowId(held.taskId), { ...held, keys: held.hostKeys });
+    if (still?.leaseId === held.leaseId) return;
+    const note = { leaseId: held.leaseId, reason: 'task_released', detail: 'while its device workflow was started again' };
+    await client.workflow.getHandle(deviceWorkflowId(held.hostId, held.deviceId)).signal(releaseDeviceSignal, note);
+  };
+
   return {
     async ensureScheduler(pool: string): Promise<void> {
       await client.workflow.start<typeof schedulerWorkflow>('schedulerWorkflow', schedulerStart(config, pool));
@@ -251,19 +333,26 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
       // once free, leaving the device with no workflow to reserve it. Adopted, it keeps that lease
       // until released or past its deadline, then takes reservations again. Signal-with-start: a
       // run that ends meanwhile is replaced by a new one, never left unadopted.
+      //
+      // A device a pool found without a workflow (terminated, say) may still run a task: the pool
+      // that sent the reservation knew it free, but a pool started anew knows no holds. Started
+      // holding that task's lease, it refuses other reservations until the task lets go.
+      const restore = new Set(req.restoreDevices ?? []);
       await Promise.all(
-        req.newDevices.map((deviceId) =>
-          client.workflow.signalWithStart<typeof deviceWorkflow, [{ by: string; at: number }]>('deviceWorkflow', {
+        req.newDevices.map(async (deviceId) => {
+          const restored = restore.has(deviceId) ? await findHolder(req, deviceId) : undefined;
+          await client.workflow.signalWithStart<typeof deviceWorkflow, [{ by: string; at: number }]>('deviceWorkflow', {
             workflowId: deviceWorkflowId(req.hostId, deviceId),
             taskQueue: config.controlTaskQueue,
-            args: [{ hostId: req.hostId, deviceId, historyLimit: config.historyLimit }],
+            args: [{ hostId: req.hostId, deviceId, historyLimit: config.historyLimit, ...(restored ? { restored } : {}) }],
             signal: adoptDeviceSignal,
             // The publish's version: the host workflow's clock, which is the server's, as is the
             // retirement's `at` (a control-plane machine's clock could be behind it).
             signalArgs: [{ by: req.hostId, at: req.version }],
             staticSummary: `reservations of device ${deviceId} on host ${req.hostId}`,
-          }),
-        ),
+          });
+          if (restored) await releaseIfLetGo(restored);
+        }),
       );
       await Promise.all(
         req.pools.map((pool) =>

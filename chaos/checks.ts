@@ -3,7 +3,14 @@
  * the code's own bookkeeping.
  */
 import type { Client } from '@temporalio/client';
-import { decodeFirst, deviceReservationIntervals, findOverlaps, runHistories } from '../control-plane/audit';
+import {
+  decodeFirst,
+  deviceReservationIntervals,
+  findOverlaps,
+  findRunOverlaps,
+  runHistories,
+  taskAttemptRuns,
+} from '../control-plane/audit';
 import { deviceWorkflowId, taskWorkflowId } from '../workflows/ids';
 import { deviceStateQuery } from '../workflows/messages';
 import type { AttemptReport, HostAssignment, Sealed, TaskView } from '../workflows/types';
@@ -78,6 +85,15 @@ export async function overlappingReservations(
   return { violations, reservations };
 }
 
+/** Host runs of one device (the tasks' `runAssignment` executions, as the server recorded them) that overlap. */
+export async function overlappingRuns(client: Client, taskIds: string[]): Promise<Violation[]> {
+  const runs = (await Promise.all(taskIds.map((id) => taskAttemptRuns(client, id)))).flat();
+  return findRunOverlaps(runs).map(([a, b]) => ({
+    kind: 'overlapping host runs',
+    detail: `${a.deviceKey}: ${a.taskId} attempt ${a.attempt} and ${b.taskId} attempt ${b.attempt}`,
+  }));
+}
+
 /** A device still held by a lease whose task has ended. */
 export async function devicesLeftReserved(
   client: Client,
@@ -87,7 +103,11 @@ export async function devicesLeftReserved(
   for (const d of devices) {
     let view;
     try {
-      view = await client.workflow.getHandle(deviceWorkflowId(d.hostId, d.deviceId)).query(deviceStateQuery);
+      const handle = client.workflow.getHandle(deviceWorkflowId(d.hostId, d.deviceId));
+      // Terminated and not needed since (the pool's next reservation has its host start it again):
+      // what the stopped run held is no one's now.
+      if ((await handle.describe()).status.name !== 'RUNNING') continue;
+      view = await handle.query(deviceStateQuery);
     } catch {
       continue; // never reserved: no workflow
     }

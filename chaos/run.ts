@@ -1,7 +1,7 @@
 /**
  * `npm run chaos [-- --quick] [--tasks N] [--hosts N] [--seed S]`: tasks flow through a fleet of
  * real processes while faults are injected (host SIGKILL and restart, host SIGSTOP past its lease,
- * control-plane SIGKILL, an operator terminating the pool's scheduler, Temporal server SIGKILL and
+ * control-plane SIGKILL, an operator terminating a device's workflow and the pool's scheduler, Temporal server SIGKILL and
  * restart on the same database file, duplicate
  * submissions, forged and replayed reports, impersonated snapshots); then the invariants are
  * checked from the histories and the figures printed. Exit code 1 on any violation.
@@ -13,19 +13,20 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { createServer as createHttpServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { WorkflowUpdateFailedError } from '@temporalio/client';
+import { WorkflowNotFoundError, WorkflowUpdateFailedError } from '@temporalio/client';
 import { createApp } from '../control-plane/rest/app';
 import { sha256Hex } from '../control-plane/rest/auth';
 import { JsonFileDefinitionsStore } from '../control-plane/rest/definitions/store';
 import { sign } from '../host-worker/identity';
 import { SignDomain } from '../workflows/identity';
-import { hostWorkflowId, schedulerWorkflowId, taskWorkflowId } from '../workflows/ids';
+import { deviceWorkflowId, hostWorkflowId, schedulerWorkflowId, taskWorkflowId } from '../workflows/ids';
 import { hostSnapshotUpdate, reportAttemptUpdate } from '../workflows/messages';
 import { TERMINAL_STATUSES, type TaskView } from '../workflows/types';
 import {
   attemptsOverMax,
   devicesLeftReserved,
   overlappingReservations,
+  overlappingRuns,
   supersededReportsAccepted,
   type Violation,
 } from './checks';
@@ -36,6 +37,7 @@ export type Fault =
   | 'host-kill'
   | 'host-pause'
   | 'control-plane-kill'
+  | 'device-terminate'
   | 'scheduler-terminate'
   | 'server-restart'
   | 'duplicates'
@@ -46,6 +48,9 @@ export const ALL_FAULTS: Fault[] = [
   'host-kill',
   'host-pause',
   'control-plane-kill',
+  // Before the scheduler's termination: the pool started anew then meets a device workflow
+  // started again while a task still runs on it.
+  'device-terminate',
   'scheduler-terminate',
   'server-restart',
   'duplicates',
@@ -77,6 +82,8 @@ export interface ChaosReport {
   lost: number;
   reservations: number;
   overlappingReservations: number;
+  /** Host runs (`runAssignment` executions) of one device that overlap on the server. */
+  overlappingRuns: number;
   attemptsAboveMax: number;
   supersededReportsAccepted: number;
   forgedReportsSent: number;
@@ -149,6 +156,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
     lost: 0,
     reservations: 0,
     overlappingReservations: 0,
+    overlappingRuns: 0,
     attemptsAboveMax: 0,
     supersededReportsAccepted: 0,
     forgedReportsSent: 0,
@@ -240,6 +248,28 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
           await sleep(1_000);
           await stack.startControlPlane();
           return 'SIGKILL control plane, restarted';
+        }
+        case 'device-terminate': {
+          // As an operator would in the Web UI: a device's reservation workflow, preferably one
+          // whose device runs a task. The pool's next reservation finds it gone and its host starts
+          // it again, holding the running task's lease if one still runs there.
+          let target: { hostId: string; deviceId: string } | undefined;
+          for (const id of [...admitted].reverse()) {
+            const v = await stack.fleet.get(id).catch(() => undefined);
+            if (v?.status === 'running' && v.current) {
+              target = v.current;
+              break;
+            }
+          }
+          target ??= { hostId: pick(hostIds), deviceId: `d${1 + Math.floor(random() * opts.devicesPerHost)}` };
+          const id = deviceWorkflowId(target.hostId, target.deviceId);
+          try {
+            await stack.client.workflow.getHandle(id).terminate('chaos: operator terminates');
+          } catch (err) {
+            if (!(err instanceof WorkflowNotFoundError)) throw err;
+            return `${id} was not running (terminated before and not yet needed)`;
+          }
+          return `terminated ${id}`;
         }
         case 'scheduler-terminate': {
           // As an operator would in the Web UI: the pool's queue and device view go with the run.
@@ -415,6 +445,9 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
     report.reservations = overlaps.reservations;
     report.overlappingReservations = overlaps.violations.length;
     report.violations.push(...overlaps.violations);
+    const runOverlaps = await overlappingRuns(stack.client, [...admitted]);
+    report.overlappingRuns = runOverlaps.length;
+    report.violations.push(...runOverlaps);
     const over = attemptsOverMax(all);
     report.attemptsAboveMax = over.length;
     report.violations.push(...over);
@@ -449,6 +482,7 @@ export function printReport(r: ChaosReport, log: (l: string) => void = console.l
     ['lost', r.lost, 'must be 0'],
     ['reservations checked', r.reservations, ''],
     ['overlapping reservations', r.overlappingReservations, 'must be 0'],
+    ['overlapping host runs of a device', r.overlappingRuns, 'must be 0'],
     ['attempts above maxAttempts', r.attemptsAboveMax, 'must be 0'],
     ['superseded reports accepted', r.supersededReportsAccepted, 'must be 0'],
     ['forged reports accepted', `${r.forgedReportsAccepted} of ${r.forgedReportsSent}`, 'must be 0'],

@@ -173,6 +173,8 @@ export async function deviceReservationIntervals(
     open.set(iv.leaseId, [...openOf(iv.leaseId), iv]);
   };
   let seq = 0;
+  /** Leases still held when a run stopped without continuing as new, by run. */
+  const lostWith = new Map<string, string[]>();
 
   const where = { namespace: client.options.namespace, workflowId: deviceWorkflowId(hostId, deviceId) };
   for (const run of runs) {
@@ -184,8 +186,10 @@ export async function deviceReservationIntervals(
       const started = event.workflowExecutionStartedEventAttributes;
       if (started) {
         // A reservation carried over a continue-as-new whose begin we never saw (e.g. an older run is gone).
+        // Or a lease a running task held when this device workflow was started again after it was
+        // lost (`restored`): the interval from the lost run goes on here.
         const input = await decodeFirst<DeviceInput>(client, started.input?.payloads);
-        const cur = input?.carried?.current;
+        const cur = input?.carried ? input.carried.current : input?.restored;
         if (cur && openOf(cur.leaseId).length === 0) {
           begin({
             leaseId: cur.leaseId,
@@ -247,9 +251,65 @@ export async function deviceReservationIntervals(
         if (r) end(r.leaseId, r.reason);
       }
     }
+    // A run that stopped (terminated, say) rather than continuing as new: a lease it still held
+    // was not carried on. The device was held for that task until the task let go of the lease
+    // (its pool offers the device to no one else before), or until a later run took the lease
+    // over (`restored`, above). Unless a later run takes it, it ends when the task let go.
+    if (stoppedRun(run.events)) lostWith.set(run.runId, [...open.keys()]);
+  }
+  for (const leaseIds of lostWith.values()) {
+    for (const leaseId of leaseIds) {
+      for (const iv of openOf(leaseId)) {
+        const letGo = await leaseLetGo(client, iv.taskId, leaseId);
+        if (letGo === undefined) continue; // the task still holds it
+        iv.end = letGo;
+        iv.endReason = 'task let go (its device workflow was lost)';
+        iv.endRunId = iv.runId;
+        iv.endSeq = undefined;
+      }
+    }
   }
   return intervals;
 }
+
+/** The run ended without continuing as new: terminated, failed or timed out. */
+function stoppedRun(events: HistoryEvent[]): boolean {
+  const last = events[events.length - 1];
+  return !!(
+    last?.workflowExecutionTerminatedEventAttributes ||
+    last?.workflowExecutionFailedEventAttributes ||
+    last?.workflowExecutionTimedOutEventAttributes
+  );
+}
+
+/**
+ * When the task let go of a lease: its release of it (`taskReleased` to its pool, or
+ * `releaseDevice` to the device), else its run's end; undefined while it still runs holding it.
+ */
+async function leaseLetGo(client: Client, taskId: string, leaseId: string): Promise<number | undefined> {
+  let closedAt: number | undefined;
+  for (const run of await runHistories(client, taskWorkflowId(taskId))) {
+    for (const event of run.events) {
+      const attrs = event.signalExternalWorkflowExecutionInitiatedEventAttributes;
+      if (attrs && (attrs.signalName === 'taskReleased' || attrs.signalName === 'releaseDevice')) {
+        const r = await decodeFirst<{ leaseId?: string }>(client, attrs.input?.payloads).catch(() => undefined);
+        if (r?.leaseId === leaseId) return tsMs(event.eventTime);
+      }
+    }
+    const last = run.events[run.events.length - 1];
+    if (last && !last.workflowExecutionContinuedAsNewEventAttributes && closes(last)) closedAt = tsMs(last.eventTime);
+  }
+  return closedAt;
+}
+
+const closes = (e: HistoryEvent): boolean =>
+  !!(
+    e.workflowExecutionCompletedEventAttributes ||
+    e.workflowExecutionFailedEventAttributes ||
+    e.workflowExecutionTimedOutEventAttributes ||
+    e.workflowExecutionTerminatedEventAttributes ||
+    e.workflowExecutionCanceledEventAttributes
+  );
 
 /**
  * The index from which a run refuses untagged signals (or, with `SIGNAL_NAMES_PATCH`, tags without

@@ -15,6 +15,7 @@ import { ensurePools, restartStoppedSchedulers } from '../control-plane/worker';
 import { FleetPool } from '../workflows/search-attributes';
 import { deviceWorkflowId, hostWorkflowId, poolRecoveryWorkflowId, schedulerWorkflowId, taskWorkflowId } from '../workflows/ids';
 import { eventually, startFleet, uid, type Fleet } from './helpers/fleet';
+import { assertNoOverlappingReservations } from './helpers/invariants';
 import { recordingRunners } from './helpers/runners';
 
 describe('pool recovery: a scheduler or device workflow lost and started anew; nothing admitted is lost', () => {
@@ -120,6 +121,70 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
     const after = await device.describe();
     assert.equal(after.status.name, 'RUNNING');
     assert.notEqual(after.runId, before, 'a new device workflow');
+  });
+
+  it('A device workflow terminated while its task runs: the task ends as usual, the next one runs there, and the audit sees no overlap', async () => {
+    f = await startFleet('recover-device-running');
+    const holder = uid('holder');
+    const { runners, calls } = holding(holder);
+    await f.addHost('h1', [{ deviceId: 'd1' }], { runners });
+    await eventually(async () => ((await f!.scheduler()).devices.length >= 1 ? true : undefined), 'd1 in the pool');
+    await f.fleet.submit({ taskId: holder, goal: 'hold the device' });
+    await f.waitForStatus(holder, 'running');
+    await f.client.workflow.getHandle(deviceWorkflowId(f.hostId('h1'), 'd1')).terminate('test: device workflow lost');
+    // The pool still holds d1 for the running task: the next task waits for it.
+    const next = await f.fleet.submit({ goal: 'open settings' });
+    finish!();
+    assert.equal((await f.fleet.wait(holder, { timeoutMs: 60_000 })).status, 'done');
+    const second = await f.fleet.wait(next.taskId, { timeoutMs: 60_000 });
+    assert.equal(second.status, 'done');
+    assert.deepEqual(second.attempts.map((a) => a.deviceId), ['d1']);
+    assert.deepEqual(calls.map((c) => c.taskId), [holder, next.taskId]);
+    // The lost run's lease ended when its task let go (before the next reservation), not never.
+    await assertNoOverlappingReservations(f.client, [{ hostId: f.hostId('h1'), deviceId: 'd1' }]);
+  });
+
+  it('A device workflow terminated while its task runs, then the scheduler: the device is started again holding that task\'s lease, and the next task waits for it', async () => {
+    f = await startFleet('recover-device-held');
+    const holder = uid('holder');
+    const { runners, calls } = holding(holder);
+    await f.addHost('h1', [{ deviceId: 'd1' }], { runners });
+    await eventually(async () => ((await f!.scheduler()).devices.length >= 1 ? true : undefined), 'd1 in the pool');
+    await f.fleet.submit({ taskId: holder, goal: 'hold the device' });
+    const running = await f.waitForStatus(holder, 'running');
+    const device = f.client.workflow.getHandle(deviceWorkflowId(f.hostId('h1'), 'd1'));
+    const lost = (await device.describe()).runId;
+    // Both lost: the new scheduler run knows no holds, and no device workflow holds the lease.
+    await device.terminate('test: device workflow lost');
+    await f.client.workflow.getHandle(schedulerWorkflowId(f.pool)).terminate('test: scheduler lost');
+    await ensurePools(f.client, f.config);
+    // The next task's reservation finds no device workflow; its host starts it again, and it holds
+    // the running task's lease from the start (before: free, and the next task took the device
+    // from under the running one).
+    const next = await f.fleet.submit({ goal: 'open settings' });
+    const restored = await eventually(async () => {
+      const d = await device.describe();
+      return d.runId !== lost && d.status.name === 'RUNNING' ? d : undefined;
+    }, 'the device workflow started again');
+    const held = await device.query(deviceStateQuery);
+    assert.equal(held.current?.taskId, holder, `restored run ${restored.runId} holds the running task's lease`);
+    assert.equal(held.current?.leaseId, running.current?.leaseId);
+    // It refuses the next task meanwhile (the pool then marks it held until the holder lets go).
+    await eventually(
+      async () => ((await device.query(deviceStateQuery)).refusals > 0 ? true : undefined),
+      'the next task refused',
+    );
+    assert.equal((await f.fleet.get(next.taskId)).status, 'queued');
+    assert.deepEqual(calls.map((c) => c.taskId), [holder], 'only the holder ran so far');
+    finish!();
+    const first = await f.fleet.wait(holder, { timeoutMs: 60_000 });
+    assert.equal(first.status, 'done');
+    assert.equal(first.attempts.length, 1, 'the running task was not displaced');
+    const second = await f.fleet.wait(next.taskId, { timeoutMs: 60_000 });
+    assert.equal(second.status, 'done');
+    assert.deepEqual(second.attempts.map((a) => a.deviceId), ['d1']);
+    assert.deepEqual(calls.map((c) => c.taskId), [holder, next.taskId]);
+    await assertNoOverlappingReservations(f.client, [{ hostId: f.hostId('h1'), deviceId: 'd1' }]);
   });
 
   it('The control plane starts a terminated scheduler again on its own (poolWatchMs), and the task waiting in it runs', async () => {

@@ -47,6 +47,12 @@ export interface DeviceInput {
   deviceId: string;
   historyLimit?: number;
   carried?: Omit<DeviceView, 'hostId' | 'deviceId'>;
+  /**
+   * Started again after its workflow was lost (terminated, say) while a task still held the device:
+   * that task's lease, found by its host's publish (syncHost), held from the start as if reserved
+   * here, so no other reservation is taken until that task lets go (or the hold's deadline).
+   */
+  restored?: Reservation;
 }
 
 export async function deviceWorkflow(input: DeviceInput): Promise<void> {
@@ -54,7 +60,7 @@ export async function deviceWorkflow(input: DeviceInput): Promise<void> {
   const view: DeviceView = {
     hostId,
     deviceId,
-    current: input.carried?.current,
+    current: input.carried ? input.carried.current : input.restored,
     recent: input.carried?.recent ?? [],
     reservations: input.carried?.reservations ?? 0,
     refusals: input.carried?.refusals ?? 0,
@@ -265,6 +271,14 @@ export async function deviceWorkflow(input: DeviceInput): Promise<void> {
     view.begunAt = Date.now();
   });
 
+  if (!input.carried && input.restored) {
+    log.info('started again while a task held the device: holding its lease until it lets go', {
+      hostId,
+      deviceId,
+      taskId: input.restored.taskId,
+      attempt: input.restored.attempt,
+    });
+  }
   describe();
   // No timer of its own (a timer per reservation is a billed action per task): the pool's scheduler
   // sweeps its holds and sends expireHold for any past its deadline.

@@ -94,6 +94,8 @@ export interface HostInput {
     /** A republish asked for and not yet done when the run rolled over. */
     republish?: boolean;
     reconfirmAt?: number;
+    /** Devices a pool found without a workflow, not yet started again when the run rolled over. */
+    restoring?: string[];
   };
 }
 
@@ -154,6 +156,8 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
   let lastPublished = input.carried?.lastPublished ?? '';
   /** A pool started anew asked for everything again: the next turn publishes even if nothing changed. */
   let republish = input.carried?.republish ?? false;
+  /** Devices a pool found without a workflow (republishHost): started again knowing their holder. */
+  const restoring = new Set<string>(input.carried?.restoring ?? []);
   /** A pool presumes this host lost since then: republish once a snapshot verified after it arrives. */
   let reconfirmAt = input.carried?.reconfirmAt;
   let beats = 0;
@@ -248,7 +252,10 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
     // Asked only when it applies: a run recorded by a worker from before took the signal and did nothing.
     if (!publishedPools.has(pool) || !patched('host-republish-v1')) return;
     const missing = Array.isArray(missingDevices) ? missingDevices.filter((id) => typeof id === 'string') : [];
-    for (const id of missing) ensured.delete(id);
+    for (const id of missing) {
+      ensured.delete(id);
+      restoring.add(id);
+    }
     log.info('publishing the devices again to a pool that lost track of them', { hostId, pool, reason, missing });
     republish = true;
     beats++;
@@ -286,6 +293,7 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
     // (runs from before this counted 1, 2, 3...). Not a command: replays the same.
     view.published = Math.max(view.published + 1, Date.now());
     const newDevices = view.devices.map((d) => d.deviceId).filter((id) => !ensured.has(id));
+    const restoreDevices = newDevices.filter((id) => restoring.has(id));
     const pools = new Set(view.devices.map((d) => d.pool ?? view.pool));
     pools.add(view.pool);
     await syncHost({
@@ -295,6 +303,7 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
       drainedDevices: view.drainedDevices,
       devices: view.devices.map((d) => ({ ...d, pool: d.pool ?? view.pool })),
       newDevices,
+      restoreDevices,
       pools: [...new Set([...pools, ...publishedPools])],
       version: view.published,
       keys: view.keys,
@@ -303,6 +312,7 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
     // A request that came in while we published is only answered by a later snapshot.
     if (reconfirmAt !== undefined && seenAt > reconfirmAt) reconfirmAt = undefined;
     for (const id of newDevices) ensured.add(id);
+    for (const id of restoreDevices) restoring.delete(id);
     publishedPools = pools;
     lastPublished = relevant;
     setCurrentDetails(
@@ -521,6 +531,7 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
       lastPublished,
       reconfirmAt,
       ...(republish ? { republish } : {}),
+      ...(restoring.size > 0 ? { restoring: [...restoring] } : {}),
     },
   });
 }
