@@ -11,7 +11,8 @@ import { randomUUID } from 'node:crypto';
 import type { PoolDevice } from '../../workflows/types';
 import { getStrategy, type QueuedTask } from '../../workflows/strategies';
 import { taskWorkflowQueue } from '../../control-plane/config';
-import { deviceWorkflowId, schedulerWorkflowId, taskWorkflowId } from '../../workflows/ids';
+import { deviceWorkflowId, poolRecoveryWorkflowId, schedulerWorkflowId, taskWorkflowId } from '../../workflows/ids';
+import { restartStoppedSchedulers } from '../../control-plane/worker';
 import { startBaseline } from '../lib/baseline';
 import { CpuMeter } from '../lib/cpu';
 import { startBenchFleet, type BenchFleet } from '../lib/fleet';
@@ -391,6 +392,75 @@ async function queuePhase(
   };
 }
 
+interface RecoveryPhase {
+  /** Tasks in the queue when the scheduler was terminated. */
+  queued: number;
+  /** How many the new run's queue held at the end of the wait. */
+  requeued: number;
+  /** Terminate -> every one of them queued again in the new run (undefined: not within the wait). */
+  allQueuedMs?: number;
+  /** Terminate -> the recovery workflow's end, and what it reports. */
+  recoveryMs?: number;
+  recovery?: { tasks: number; hosts: number; failed: number };
+  /** Scheduler runs (roll-overs) of the new chain meanwhile. */
+  newRuns: number;
+}
+
+/**
+ * An operator terminates the pool's scheduler with the whole queue in it (README, "A pool's
+ * scheduler or a device workflow terminated or failed"): the time until the new run, started as
+ * the control plane's pool watch would, holds every task again.
+ */
+async function recoveryPhase(bf: BenchFleet, pool: string, budgetMs: number): Promise<RecoveryPhase> {
+  const queued = (await bf.scheduler(pool)).queue.length;
+  const id = schedulerWorkflowId(pool);
+  log(`  ${pool}: terminating its scheduler with ${queued} queued`);
+  const t0 = Date.now();
+  await bf.client.workflow.getHandle(id).terminate('bench: recovery of a large queue');
+  // As the control plane's watch does (its own, every poolWatchMs, may be first: either starts it).
+  await restartStoppedSchedulers(bf.client, bf.config);
+  const since = `StartTime >= "${new Date(t0).toISOString()}"`;
+  // The new chain's first run started it (its id names that run; the chain may have rolled over since).
+  const findRecovery = async (): Promise<string | undefined> => {
+    for await (const wf of bf.client.workflow.list({ query: `WorkflowId = "${id}" AND ${since}` })) {
+      const child = poolRecoveryWorkflowId(pool, wf.runId);
+      if (await bf.client.workflow.getHandle(child).describe().then(() => true, () => false)) return child;
+    }
+    return undefined;
+  };
+  let recoveryMs: number | undefined;
+  let result: RecoveryPhase['recovery'];
+  const done = waitUntil(findRecovery, 'the recovery workflow', 60_000, 1_000)
+    .then((child) => bf.client.workflow.getHandle(child).result() as Promise<RecoveryPhase['recovery']>)
+    .then((r) => {
+      recoveryMs = Date.now() - t0;
+      result = r;
+    })
+    .catch((err: unknown) => log(`  recovery workflow: ${String(err)}`));
+  let requeued = 0;
+  let allQueuedMs: number | undefined;
+  let lastLog = 0;
+  while (Date.now() - t0 < budgetMs) {
+    requeued = (await bf.scheduler(pool).catch(() => undefined))?.queue.length ?? requeued;
+    if (requeued >= queued) {
+      allQueuedMs = Date.now() - t0;
+      break;
+    }
+    if (Date.now() - lastLog > 30_000) {
+      lastLog = Date.now();
+      log(`  ${pool}: ${requeued} of ${queued} queued again after ${Math.round((Date.now() - t0) / 1000)} s`);
+    }
+    await sleep(2_000);
+  }
+  await withTimeout(done, Math.max(1_000, budgetMs - (Date.now() - t0)), 'the recovery workflow').catch((err: unknown) =>
+    log(`  ${String(err)}`),
+  );
+  let newRuns = 0;
+  for await (const _ of bf.client.workflow.list({ query: `WorkflowId = "${id}" AND ${since}` })) newRuns++;
+  log(`  ${pool}: ${requeued} of ${queued} queued again${allQueuedMs !== undefined ? ` in ${allQueuedMs} ms` : ' (wait ended)'}; recovery ${JSON.stringify(result)} in ${recoveryMs} ms`);
+  return { queued, requeued, allQueuedMs, recoveryMs, recovery: result, newRuns };
+}
+
 interface CacheCounts {
   hits: number;
   misses: number;
@@ -461,6 +531,7 @@ export const p5Scale: Scenario = async (be, o) => {
   const phases: QueuePhase[] = [];
   let idleRss: number | undefined;
   let cpuUse;
+  let recovered: RecoveryPhase | undefined;
   try {
     await cp.waitForOutput('control plane started', 120_000);
     idleRss = rssMiB(cp.pid);
@@ -470,6 +541,7 @@ export const p5Scale: Scenario = async (be, o) => {
     phases.push(await queuePhase(bf, small, 100, o.p5Cycles, o.concurrency, budgetMs, cp.pid, metricsAddress, cpu, be.metricsUrl));
     phases.push(await queuePhase(bf, large, big, o.p5Cycles, o.concurrency, budgetMs, cp.pid, metricsAddress, cpu, be.metricsUrl));
     cpuUse = cpu.since(mark);
+    recovered = await recoveryPhase(bf, large, 20 * 60_000);
   } finally {
     await bf.stop();
     await stopProc(cp, 10_000);
@@ -586,11 +658,24 @@ export const p5Scale: Scenario = async (be, o) => {
         met: (perTask ? perTask * big : (l.queryBytes / Math.max(1, n)) * big) < 2_097_152,
       },
       { metric: `schedulerState query answer at ${n} queued (bytes)`, fleet: l.queryBytes },
+      {
+        metric: `scheduler terminated with ${recovered?.queued ?? 'n/a'} queued: all queued again in the new run (s)`,
+        fleet:
+          recovered?.allQueuedMs !== undefined
+            ? round(recovered.allQueuedMs / 1000, 1)
+            : `not within 20 min (${recovered?.requeued ?? 'n/a'} of ${recovered?.queued ?? 'n/a'})`,
+      },
+      {
+        metric: '  the recovery workflow: ended after (s) / tasks told / failed signals / new scheduler runs',
+        fleet: recovered
+          ? `${recovered.recoveryMs !== undefined ? round(recovered.recoveryMs / 1000, 1) : 'n/a'} / ${recovered.recovery?.tasks ?? 'n/a'} / ${recovered.recovery?.failed ?? 'n/a'} / ${recovered.newRuns}`
+          : 'n/a',
+      },
     ],
     notes: [
       `decision cycle = interval between consecutive zero-length tasks started on the only matching device (${o.p5Cycles} cycles); baseline = the same on one raw-Temporal activity slot with a backlog`,
       'strategy timings: 3 free devices unless the row says otherwise, median of 5 batches after warm-up, in this process',
     ],
-    details: { strategyMicros: strat, phases, baselineCycles: baseCycles, controlPlaneIdleRssMiB: idleRss, cpu: cpuUse },
+    details: { strategyMicros: strat, phases, recovery: recovered, baselineCycles: baseCycles, controlPlaneIdleRssMiB: idleRss, cpu: cpuUse },
   };
 };
