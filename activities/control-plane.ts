@@ -10,6 +10,7 @@ import { decodeFromPayloadsAtIndex } from '@temporalio/common/lib/internal-non-w
 import { schedulerInput, schedulerStart, taskWorkflowQueue, type ControlPlaneConfig } from '../control-plane/config';
 import type { deviceWorkflow } from '../workflows/device';
 import {
+  deviceKey,
   deviceWorkflowId,
   hostWorkflowId,
   poolRecoveryWorkflowId,
@@ -22,20 +23,16 @@ import {
   releaseDeviceSignal,
   republishHostSignal,
   requeueTaskSignal,
+  deviceStateQuery,
+  enqueueTasksSignal,
+  taskEnqueueRequestQuery,
   taskReleasedSignal,
   taskStateQuery,
+  type EnqueueRequest,
   type DeviceReleased,
   type HostDevicesUpdate,
 } from '../workflows/messages';
-import { reservationHoldMs } from '../workflows/policy';
-import {
-  FleetDeviceId,
-  FleetHostId,
-  FleetKind,
-  FleetPool,
-  STOPPED,
-  visibilityString,
-} from '../workflows/search-attributes';
+import { FleetKind, FleetPool, STOPPED, visibilityString } from '../workflows/search-attributes';
 import type { schedulerWorkflow } from '../workflows/scheduler';
 import type { DeviceSnapshot, Reservation } from '../workflows/types';
 import type { HostPublicKeys } from '../workflows/identity';
@@ -53,7 +50,7 @@ export interface SyncHostRequest {
   newDevices: string[];
   /**
    * Of `newDevices`, those a pool found without a workflow (republishHost): each is started knowing
-   * the lease a running task still holds on it, if any (`findHolder`).
+   * the lease its lost run held for a task that still holds it, if any (`lostHold`).
    */
   restoreDevices?: string[];
   /** Every pool to tell, including pools the host no longer has devices in (they get an empty list). */
@@ -70,60 +67,51 @@ export interface ControlPlaneDeps {
 
 export function createControlPlaneActivities({ client, config }: ControlPlaneDeps) {
   /**
-   * The lease the task workflow holds on this device now (undefined: none, or it ended), as the
-   * device held it: its hold counted from the assignment.
+   * Whether the task still holds (or is about to hold) this lease: its current attempt is under
+   * it, or it waits for exactly that attempt (the device's assignment may still be on its way).
+   * Not when it let go of it (an attempt of its record, ended, or released as a stray) or ended.
    */
-  const holdOn = async (
-    workflowId: string,
-    device: { hostId: string; deviceId: string; keys: HostPublicKeys },
-  ): Promise<Reservation | undefined> => {
-    const { hostId, deviceId } = device;
-    const view = await client.workflow
-      .getHandle(workflowId)
-      .query(taskStateQuery)
-      .catch((err: unknown) => {
-        if (err instanceof WorkflowNotFoundError) return undefined;
-        throw err;
-      });
-    const cur = view?.current;
-    if (!view || !cur || cur.hostId !== hostId || cur.deviceId !== deviceId) return undefined;
-    return {
-      taskId: view.taskId,
-      attempt: cur.attempt,
-      submittedAt: view.submittedAt,
-      leaseId: cur.leaseId,
-      pool: view.pool,
-      hostKeys: device.keys,
-      holdMs: reservationHoldMs(view.policy),
-      hostId,
-      deviceId,
-      reservedAt: cur.assignedAt,
-      expiresAt: cur.assignedAt + reservationHoldMs(view.policy),
-    };
+  const stillHeld = async (r: Reservation): Promise<boolean> => {
+    let view;
+    try {
+      view = await client.workflow.getHandle(taskWorkflowId(r.taskId)).query(taskStateQuery);
+    } catch (err) {
+      if (err instanceof WorkflowNotFoundError) return false;
+      throw err;
+    }
+    if (view.current) return view.current.leaseId === r.leaseId;
+    if (view.attempts.some((a) => a.leaseId === r.leaseId)) return false;
+    const sameSubmission = r.submittedAt === undefined || r.submittedAt === view.submittedAt;
+    return view.status === 'queued' && !view.cancelRequested && sameSubmission && r.attempt === view.attempts.length + 1;
   };
 
   /**
-   * The running task of this deployment whose current attempt is on the device, read from the
-   * task itself (visibility finds the candidates: it indexes the device a task was assigned).
+   * A device workflow a pool found gone (terminated, say) may have held a lease for a task that
+   * still runs on the device: a pool started anew knows no holds, and would give the device to
+   * another task. What the lost run held is read from that run itself (a query replays a closed
+   * run) and kept if its task still holds it. A lookup that fails starts the device free and says
+   * so: a host's publish never waits on it.
    */
-  const findHolder = async (req: SyncHostRequest, deviceId: string): Promise<Reservation | undefined> => {
-    const control = `TaskQueue = ${visibilityString(config.controlTaskQueue)}`;
-    const query =
-      `${FleetKind.name} = 'task' AND ExecutionStatus = 'Running' AND WorkflowType = 'taskWorkflow' AND ` +
-      `${FleetHostId.name} = ${visibilityString(req.hostId)} AND ${FleetDeviceId.name} = ${visibilityString(deviceId)} AND ` +
-      `(TaskQueue = ${visibilityString(taskWorkflowQueue(config))} OR ${control})`;
-    const holders: Reservation[] = [];
-    for await (const wf of client.workflow.list({ query })) {
-      const hold = await holdOn(wf.workflowId, { hostId: req.hostId, deviceId, keys: req.keys });
-      if (hold) holders.push(hold);
-    }
-    if (holders.length > 1) {
-      Context.current().log.warn('more than one running task holds a device; the device keeps the newest', {
-        device: `${req.hostId}/${deviceId}`,
-        tasks: holders.map((h) => h.taskId),
+  const lostHold = async (hostId: string, deviceId: string): Promise<Reservation | undefined> => {
+    const id = deviceWorkflowId(hostId, deviceId);
+    try {
+      let lost;
+      try {
+        lost = await client.workflow.getHandle(id).describe();
+      } catch (err) {
+        if (err instanceof WorkflowNotFoundError) return undefined; // never started, or gone from retention
+        throw err;
+      }
+      if (lost.status.name === 'RUNNING') return undefined; // started again already: signal-with-start only signals
+      const held = (await client.workflow.getHandle(id, lost.runId).query(deviceStateQuery)).current;
+      return held && (await stillHeld(held)) ? held : undefined;
+    } catch (err) {
+      Context.current().log.warn('could not tell what a lost device workflow held; starting it free', {
+        device: deviceKey(hostId, deviceId),
+        error: String(err),
       });
+      return undefined;
     }
-    return holders.sort((a, b) => b.reservedAt - a.reservedAt)[0];
   };
 
   /**
@@ -131,8 +119,7 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
    * workflow to pass on to): looked at again, and released on the device if so.
    */
   const releaseIfLetGo = async (held: Reservation): Promise<void> => {
-    const still = await holdOn(taskWorkflowId(held.taskId), { ...held, keys: held.hostKeys });
-    if (still?.leaseId === held.leaseId) return;
+    if (await stillHeld(held).catch(() => true)) return;
     const note = { leaseId: held.leaseId, reason: 'task_released', detail: 'while its device workflow was started again' };
     await client.workflow.getHandle(deviceWorkflowId(held.hostId, held.deviceId)).signal(releaseDeviceSignal, note);
   };
@@ -267,11 +254,50 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
           },
         );
       };
+      /**
+       * Many waiting tasks' enqueues in one signal (`enqueueTasks`): each read from its task
+       * (`taskEnqueueRequest`, a query: no history) instead of asking each task to send its own.
+       * Thousands of single signals into the one scheduler workflow queue up behind each other on
+       * the server (measured in P5: about 7 a second at 10,000 queued). A batch that cannot be
+       * sent falls back to asking its tasks one by one.
+       */
+      const batch: EnqueueRequest[] = [];
+      const requeue = (id: string) => client.workflow.getHandle(id).signal(requeueTaskSignal, { pool, reason });
+      const flush = async (): Promise<void> => {
+        const requests = batch.splice(0);
+        if (requests.length === 0) return;
+        try {
+          await client.workflow.getHandle(schedulerWorkflowId(pool)).signal(enqueueTasksSignal, { requests });
+        } catch (err) {
+          ctx.log.warn('pool recovery: a batch of enqueues failed; asking its tasks one by one', {
+            pool,
+            tasks: requests.length,
+            error: String(err),
+          });
+          const ids = requests.map((r) => taskWorkflowId(r.taskId));
+          for (const id of ids) told.delete(id);
+          await tell(ids, requeue);
+        }
+      };
+      const enqueueAgain = async (id: string): Promise<void> => {
+        let req: EnqueueRequest | null;
+        try {
+          req = await client.workflow.getHandle(id).query(taskEnqueueRequestQuery);
+        } catch (err) {
+          if (err instanceof WorkflowNotFoundError) throw err; // ended meanwhile
+          // A task from a build without the query, or one no worker answers now: it is asked.
+          return await requeue(id);
+        }
+        if (!req) return; // waits for nothing
+        batch.push(req);
+        if (batch.length >= RECOVERY_BATCH) await flush();
+      };
       const pass = async (): Promise<void> => {
         const tasks = await ids(`${FleetKind.name} = 'task' AND ${FleetPool.name} = ${p} AND ${running} AND ${taskQueues}`);
         const hosts = await ids(`${FleetKind.name} = 'host' AND ${running} AND ${control}`);
         await tell(hosts, (id) => client.workflow.getHandle(id).signal(republishHostSignal, { pool, reason }));
-        await tell(tasks, (id) => client.workflow.getHandle(id).signal(requeueTaskSignal, { pool, reason }));
+        await tell(tasks, enqueueAgain);
+        await flush();
       };
       await passOnLostReleases();
       await pass();
@@ -336,11 +362,11 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
       //
       // A device a pool found without a workflow (terminated, say) may still run a task: the pool
       // that sent the reservation knew it free, but a pool started anew knows no holds. Started
-      // holding that task's lease, it refuses other reservations until the task lets go.
+      // holding that task's lease (lostHold), it refuses other reservations until the task lets go.
       const restore = new Set(req.restoreDevices ?? []);
       await Promise.all(
         req.newDevices.map(async (deviceId) => {
-          const restored = restore.has(deviceId) ? await findHolder(req, deviceId) : undefined;
+          const restored = restore.has(deviceId) ? await lostHold(req.hostId, deviceId) : undefined;
           await client.workflow.signalWithStart<typeof deviceWorkflow, [{ by: string; at: number }]>('deviceWorkflow', {
             workflowId: deviceWorkflowId(req.hostId, deviceId),
             taskQueue: config.controlTaskQueue,
@@ -380,8 +406,10 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
   };
 }
 
-/** How many signals `recoverPool` has on their way at once. */
+/** How many signals (or task queries) `recoverPool` has on their way at once. */
 const RECOVERY_PARALLEL = 16;
+/** How many waiting tasks' enqueues `recoverPool` sends to the scheduler in one signal. */
+const RECOVERY_BATCH = 200;
 /** How long `recoverPool` waits before its second look (visibility lags behind the workflows). */
 const RECOVERY_SECOND_LOOK_MS = 5_000;
 

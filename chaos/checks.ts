@@ -105,8 +105,8 @@ export async function devicesLeftReserved(
     try {
       const handle = client.workflow.getHandle(deviceWorkflowId(d.hostId, d.deviceId));
       // Terminated and not needed since (the pool's next reservation has its host start it again):
-      // what the stopped run held is no one's now.
-      if ((await handle.describe()).status.name !== 'RUNNING') continue;
+      // what the terminated run held is no one's now. (A run that failed holding a lease is reported.)
+      if ((await handle.describe()).status.name === 'TERMINATED') continue;
       view = await handle.query(deviceStateQuery);
     } catch {
       continue; // never reserved: no workflow

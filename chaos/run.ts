@@ -210,6 +210,10 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
         if (v?.status === 'running' && v.current) return v;
       }
       // Nothing running right now: start a target of our own (it is cancelled after the fault).
+      return await ownTarget(1_000);
+    };
+    /** A task of our own that runs until it is cancelled, `cancelAfterMs` after it started running. */
+    const ownTarget = async (cancelAfterMs: number): Promise<TaskView | undefined> => {
       const taskId = `chaos-${opts.seed}-target-${admitted.size}`;
       await retrying(`submit ${taskId}`, () =>
         stack.fleet.submit({ taskId, goal: 'target [sim outcome=hang duration=300]' }),
@@ -219,7 +223,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
       while (Date.now() < deadline) {
         const v = await stack.fleet.get(taskId).catch(() => undefined);
         if (v?.status === 'running' && v.current) {
-          setTimeout(() => void stack.fleet.cancel(taskId).catch(() => undefined), 1_000);
+          setTimeout(() => void stack.fleet.cancel(taskId).catch(() => undefined), cancelAfterMs);
           return v;
         }
         await sleep(300);
@@ -250,26 +254,20 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
           return 'SIGKILL control plane, restarted';
         }
         case 'device-terminate': {
-          // As an operator would in the Web UI: a device's reservation workflow, preferably one
-          // whose device runs a task. The pool's next reservation finds it gone and its host starts
-          // it again, holding the running task's lease if one still runs there.
-          let target: { hostId: string; deviceId: string } | undefined;
-          for (const id of [...admitted].reverse()) {
-            const v = await stack.fleet.get(id).catch(() => undefined);
-            if (v?.status === 'running' && v.current) {
-              target = v.current;
-              break;
-            }
-          }
-          target ??= { hostId: pick(hostIds), deviceId: `d${1 + Math.floor(random() * opts.devicesPerHost)}` };
-          const id = deviceWorkflowId(target.hostId, target.deviceId);
+          // As an operator would in the Web UI: the reservation workflow of a device that runs a
+          // task (a target of our own, cancelled after the scheduler's termination that follows),
+          // so that the pool started anew meets that device workflow started again while the
+          // task still runs there.
+          const v = await ownTarget(10_000);
+          if (!v?.current) return 'device-terminate: no target reached a device within 60 s';
+          const id = deviceWorkflowId(v.current.hostId, v.current.deviceId);
           try {
             await stack.client.workflow.getHandle(id).terminate('chaos: operator terminates');
           } catch (err) {
             if (!(err instanceof WorkflowNotFoundError)) throw err;
             return `${id} was not running (terminated before and not yet needed)`;
           }
-          return `terminated ${id}`;
+          return `terminated ${id} while ${v.taskId} ran there`;
         }
         case 'scheduler-terminate': {
           // As an operator would in the Web UI: the pool's queue and device view go with the run.

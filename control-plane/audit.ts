@@ -173,8 +173,8 @@ export async function deviceReservationIntervals(
     open.set(iv.leaseId, [...openOf(iv.leaseId), iv]);
   };
   let seq = 0;
-  /** Leases still held when a run stopped without continuing as new, by run. */
-  const lostWith = new Map<string, string[]>();
+  /** Leases still held when a run stopped without continuing as new, by run (and when, where it stopped). */
+  const lostWith = new Map<string, { leaseIds: string[]; stoppedAt: number; seq: number }>();
 
   const where = { namespace: client.options.namespace, workflowId: deviceWorkflowId(hostId, deviceId) };
   for (const run of runs) {
@@ -255,17 +255,27 @@ export async function deviceReservationIntervals(
     // was not carried on. The device was held for that task until the task let go of the lease
     // (its pool offers the device to no one else before), or until a later run took the lease
     // over (`restored`, above). Unless a later run takes it, it ends when the task let go.
-    if (stoppedRun(run.events)) lostWith.set(run.runId, [...open.keys()]);
+    if (stoppedRun(run.events)) {
+      const stoppedAt = tsMs(run.events[run.events.length - 1].eventTime);
+      lostWith.set(run.runId, { leaseIds: [...open.keys()], stoppedAt, seq });
+    }
   }
-  for (const leaseIds of lostWith.values()) {
-    for (const leaseId of leaseIds) {
+  for (const [runId, lost] of lostWith) {
+    for (const leaseId of lost.leaseIds) {
       for (const iv of openOf(leaseId)) {
         const letGo = await leaseLetGo(client, iv.taskId, leaseId);
         if (letGo === undefined) continue; // the task still holds it
-        iv.end = letGo;
-        iv.endReason = 'task let go (its device workflow was lost)';
-        iv.endRunId = iv.runId;
-        iv.endSeq = undefined;
+        iv.endRunId = runId;
+        if (letGo === 'unheard') {
+          // Its task never took the assignment: the lease ended with the run that granted it.
+          iv.end = lost.stoppedAt;
+          iv.endSeq = lost.seq;
+          iv.endReason = 'its device workflow was lost before the task took it';
+        } else {
+          iv.end = letGo;
+          iv.endSeq = undefined;
+          iv.endReason = 'task let go (its device workflow was lost)';
+        }
       }
     }
   }
@@ -284,12 +294,21 @@ function stoppedRun(events: HistoryEvent[]): boolean {
 
 /**
  * When the task let go of a lease: its release of it (`taskReleased` to its pool, or
- * `releaseDevice` to the device), else its run's end; undefined while it still runs holding it.
+ * `releaseDevice` to the device), else the end of the run that took its assignment; `unheard` when
+ * no run of the task took that assignment (the device workflow was lost before it arrived), and
+ * undefined while the task still runs holding it.
  */
-async function leaseLetGo(client: Client, taskId: string, leaseId: string): Promise<number | undefined> {
-  let closedAt: number | undefined;
+async function leaseLetGo(client: Client, taskId: string, leaseId: string): Promise<number | 'unheard' | undefined> {
+  let heard = false;
   for (const run of await runHistories(client, taskWorkflowId(taskId))) {
+    let took = false;
     for (const event of run.events) {
+      const received = event.workflowExecutionSignaledEventAttributes;
+      if (received?.signalName === 'assignment') {
+        const a = await decodeFirst<{ leaseId?: string }>(client, received.input?.payloads).catch(() => undefined);
+        if (a?.leaseId === leaseId) took = heard = true;
+        continue;
+      }
       const attrs = event.signalExternalWorkflowExecutionInitiatedEventAttributes;
       if (attrs && (attrs.signalName === 'taskReleased' || attrs.signalName === 'releaseDevice')) {
         const r = await decodeFirst<{ leaseId?: string }>(client, attrs.input?.payloads).catch(() => undefined);
@@ -297,9 +316,9 @@ async function leaseLetGo(client: Client, taskId: string, leaseId: string): Prom
       }
     }
     const last = run.events[run.events.length - 1];
-    if (last && !last.workflowExecutionContinuedAsNewEventAttributes && closes(last)) closedAt = tsMs(last.eventTime);
+    if (took && last && closes(last)) return tsMs(last.eventTime);
   }
-  return closedAt;
+  return heard ? undefined : 'unheard';
 }
 
 const closes = (e: HistoryEvent): boolean =>
@@ -347,20 +366,22 @@ function groupBy<T>(items: T[], key: (item: T) => string): Map<string, T[]> {
 /**
  * Pairs [earlier, later] of reservations of the same device that overlap:
  * - in time: [begin, end) intersect (no end = still held = +infinity), or
- * - in event order (when every interval has beginSeq, and endSeq if ended): a lease begins while another
- *   has not ended yet. This catches overlaps hidden by equal timestamps.
+ * - in event order (when every interval has beginSeq; an interval ended without endSeq is compared in time
+ *   only): a lease begins while another has not ended yet. This catches overlaps hidden by equal timestamps.
  */
 export function findOverlaps(intervals: ReservationInterval[]): Array<[ReservationInterval, ReservationInterval]> {
   const pairs: Array<[ReservationInterval, ReservationInterval]> = [];
   for (const group of groupBy(intervals, (iv) => iv.deviceKey ?? '').values()) {
-    const bySeq = group.every((iv) => iv.beginSeq !== undefined && (iv.end === undefined || iv.endSeq !== undefined));
+    const bySeq = group.every((iv) => iv.beginSeq !== undefined);
     const sorted = [...group].sort((a, b) => (bySeq ? a.beginSeq! - b.beginSeq! : 0) || a.begin - b.begin);
     for (let i = 0; i < sorted.length; i++) {
       for (let j = i + 1; j < sorted.length; j++) {
         const a = sorted[i];
         const b = sorted[j];
         const inTime = a.begin < endOf(b) && b.begin < endOf(a);
-        const inOrder = bySeq && (a.endSeq === undefined || a.endSeq > b.beginSeq!);
+        // An end outside the device's history (no endSeq: its task let go while the device
+        // workflow was lost) is compared in time only.
+        const inOrder = bySeq && (a.end === undefined || (a.endSeq !== undefined && a.endSeq > b.beginSeq!));
         if (inTime || inOrder) pairs.push([a, b]);
       }
     }

@@ -81,11 +81,14 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
       async () => ((await f!.scheduler()).devices.some((d) => d.deviceId === 'd1') ? true : undefined),
       'd1 published again to the new scheduler run',
     );
-    // ... and the waiting task from the task itself.
+    // ... and the waiting task from the task itself: read by the recovery and sent in a batch
+    // (enqueueTasks), not asked of the task (requeueTask).
     await eventually(
       async () => ((await f!.scheduler()).queue.some((q) => q.taskId === queued.taskId) ? true : undefined),
       'the waiting task queued again in the new scheduler run',
     );
+    assert.ok(await signalled(f.client.workflow.getHandle(schedulerWorkflowId(f.pool)), 'enqueueTasks'));
+    assert.equal(await signalled(f.client.workflow.getHandle(taskWorkflowId(queued.taskId)), 'requeueTask'), false);
     // The running task ends; its release reaches the device through the new run, and the queued task runs.
     finish!();
     assert.equal((await f.fleet.wait(running.taskId, { timeoutMs: 60_000 })).status, 'done');

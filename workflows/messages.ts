@@ -96,6 +96,14 @@ export interface SchedulerCounters {
 
 export const enqueueTaskSignal = defineSignal<[EnqueueRequest]>('enqueueTask');
 /**
+ * Control plane -> scheduler: many enqueues in one signal, each as its task would send it. A pool's
+ * recovery (activities/control-plane.ts, recoverPool) reads them from the waiting tasks
+ * (`taskEnqueueRequest`): one signal per batch instead of two per task into a pool started anew.
+ */
+export const enqueueTasksSignal = defineSignal<[{ requests: EnqueueRequest[] }]>('enqueueTasks');
+/** The enqueue a task would send if asked to enqueue again (`requeueTask`); null when it waits for nothing. */
+export const taskEnqueueRequestQuery = defineQuery<EnqueueRequest | null>('taskEnqueueRequest');
+/**
  * Task -> scheduler: out of the queue. `submittedAt` names the submission (a dequeue sent again
  * later cannot drop a task submitted anew under the same id); without it, any entry of the id.
  */

@@ -44,6 +44,7 @@ import {
   deviceReleasedSignal,
   expireHoldSignal,
   enqueueTaskSignal,
+  enqueueTasksSignal,
   hostDevicesSignal,
   reconfirmHostSignal,
   republishHostSignal,
@@ -428,7 +429,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
     const keys = [...new Set(req.avoid.filter((k): k is string => typeof k === 'string'))].slice(-32); // the latest
     return keys.length > 0 && patched('scheduler-avoid-failed-devices-v1') ? keys : undefined;
   };
-  onSignal(enqueueTaskSignal, (req) => {
+  const onEnqueue = (req: EnqueueRequest): void => {
     const existing = queueIndex(req.taskId);
     const queued = existing >= 0 ? queue[existing] : undefined;
     // An earlier submission's enqueue under this id (sent again) changes nothing; a later one's
@@ -474,6 +475,13 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
       unanswered.set(req.taskId, req.submittedAt);
     }
     dirty = true;
+  };
+  onSignal(enqueueTaskSignal, onEnqueue);
+  // A pool's recovery sends the enqueues of many waiting tasks at once. Asked only when one comes:
+  // a run in which a worker from before took such a signal and did nothing replays so.
+  onSignal(enqueueTasksSignal, ({ requests }) => {
+    if (!Array.isArray(requests) || !patched('scheduler-enqueue-batch-v1')) return;
+    for (const req of requests) if (typeof req?.taskId === 'string') onEnqueue(req);
   });
 
   onSignal(dequeueTaskSignal, ({ taskId, submittedAt }) => {

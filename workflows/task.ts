@@ -36,6 +36,7 @@ import {
   enqueueTaskSignal,
   requeueTaskSignal,
   releaseDeviceSignal,
+  taskEnqueueRequestQuery,
   reportAttemptUpdate,
   taskReleasedSignal,
   taskStateQuery,
@@ -212,7 +213,7 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
   publish(state);
   const scheduler = getExternalWorkflowHandle(schedulerWorkflowId(input.pool));
   const holdMs = problems.length === 0 ? reservationHoldMs(input.policy) : 0;
-  const enqueue = async (attempt: number, first: boolean): Promise<void> => {
+  const enqueueRequest = (attempt: number, first: boolean): EnqueueRequest => {
     const req: EnqueueRequest = {
       taskId: input.taskId,
       constraints: input.constraints,
@@ -231,6 +232,10 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
       ),
     ];
     if (!first && failedOn.length > 0) req.avoid = failedOn;
+    return req;
+  };
+  const enqueue = async (attempt: number, first: boolean): Promise<void> => {
+    const req = enqueueRequest(attempt, first);
     awaitingAttempt = attempt;
     try {
       await scheduler.signal(enqueueTaskSignal, asSignal(enqueueTaskSignal, req));
@@ -245,9 +250,18 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
   // The pool's scheduler started anew and lost its queue: a task waiting for its admission or a
   // device sends its enqueue again (the pool keeps one entry per task; a first enqueue again is
   // answered again, and the task keeps its first answer). Any other task has nothing queued.
+  const waitingToEnqueueAgain = (): boolean =>
+    awaitingAttempt > 0 &&
+    assignment === undefined &&
+    admission?.accepted !== false &&
+    !state.cancelRequested &&
+    !root.consideredCancelled;
+  // The same, read by the pool's recovery, which sends many tasks' enqueues in one signal.
+  setHandler(taskEnqueueRequestQuery, () =>
+    waitingToEnqueueAgain() ? enqueueRequest(awaitingAttempt, admission === undefined) : null,
+  );
   onSignal(requeueTaskSignal, ({ pool, reason }) => {
-    const waiting = awaitingAttempt > 0 && assignment === undefined && admission?.accepted !== false;
-    if (pool !== input.pool || !waiting || state.cancelRequested || root.consideredCancelled) return;
+    if (pool !== input.pool || !waitingToEnqueueAgain()) return;
     // Asked only when it applies: a run recorded by a worker from before took the signal and did nothing.
     if (!patched('task-requeue-v1')) return;
     log.info('enqueueing again: the pool started anew', { taskId: input.taskId, attempt: awaitingAttempt, reason });
