@@ -19,17 +19,18 @@ import {
 } from '../workflows/ids';
 import {
   adoptDeviceSignal,
+  deviceStateQuery,
+  enqueueTasksSignal,
   hostDevicesSignal,
   releaseDeviceSignal,
   republishHostSignal,
   requeueTaskSignal,
-  deviceStateQuery,
-  enqueueTasksSignal,
+  schedulerStateQuery,
   taskEnqueueRequestQuery,
   taskReleasedSignal,
   taskStateQuery,
-  type EnqueueRequest,
   type DeviceReleased,
+  type EnqueueRequest,
   type HostDevicesUpdate,
 } from '../workflows/messages';
 import { FleetKind, FleetPool, STOPPED, visibilityString } from '../workflows/search-attributes';
@@ -67,9 +68,9 @@ export interface ControlPlaneDeps {
 
 export function createControlPlaneActivities({ client, config }: ControlPlaneDeps) {
   /**
-   * Whether the task still holds (or is about to hold) this lease: its current attempt is under
-   * it, or it waits for exactly that attempt (the device's assignment may still be on its way).
-   * Not when it let go of it (an attempt of its record, ended, or released as a stray) or ended.
+   * Whether the task still holds this lease on this device: its current attempt is under it there.
+   * Not when it let go of it (an attempt of its record, ended, or released as a stray), never took
+   * it (an assignment the lost run had not yet delivered is dropped with that run), or ended.
    */
   const stillHeld = async (r: Reservation): Promise<boolean> => {
     let view;
@@ -79,38 +80,42 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
       if (err instanceof WorkflowNotFoundError) return false;
       throw err;
     }
-    if (view.current) return view.current.leaseId === r.leaseId;
-    if (view.attempts.some((a) => a.leaseId === r.leaseId)) return false;
-    const sameSubmission = r.submittedAt === undefined || r.submittedAt === view.submittedAt;
-    return view.status === 'queued' && !view.cancelRequested && sameSubmission && r.attempt === view.attempts.length + 1;
+    const cur = view.current;
+    return !!cur && cur.leaseId === r.leaseId && cur.hostId === r.hostId && cur.deviceId === r.deviceId;
   };
 
   /**
    * A device workflow a pool found gone (terminated, say) may have held a lease for a task that
    * still runs on the device: a pool started anew knows no holds, and would give the device to
    * another task. What the lost run held is read from that run itself (a query replays a closed
-   * run) and kept if its task still holds it. A lookup that fails starts the device free and says
-   * so: a host's publish never waits on it.
+   * run) and kept if its task still holds it. A lookup that fails three times starts the device
+   * free and says so: a host's publish never waits on it for long.
    */
   const lostHold = async (hostId: string, deviceId: string): Promise<Reservation | undefined> => {
     const id = deviceWorkflowId(hostId, deviceId);
-    try {
-      let lost;
+    for (let attempt = 1; ; attempt++) {
       try {
-        lost = await client.workflow.getHandle(id).describe();
+        let lost;
+        try {
+          lost = await client.workflow.getHandle(id).describe();
+        } catch (err) {
+          if (err instanceof WorkflowNotFoundError) return undefined; // never started, or gone from retention
+          throw err;
+        }
+        if (lost.status.name === 'RUNNING') return undefined; // started again already: signal-with-start only signals
+        const held = (await client.workflow.getHandle(id, lost.runId).query(deviceStateQuery)).current;
+        return held && (await stillHeld(held)) ? held : undefined;
       } catch (err) {
-        if (err instanceof WorkflowNotFoundError) return undefined; // never started, or gone from retention
-        throw err;
+        if (attempt < 3) {
+          await new Promise((r) => setTimeout(r, 500 * attempt));
+          continue;
+        }
+        Context.current().log.warn('could not tell what a lost device workflow held; starting it free', {
+          device: deviceKey(hostId, deviceId),
+          error: String(err),
+        });
+        return undefined;
       }
-      if (lost.status.name === 'RUNNING') return undefined; // started again already: signal-with-start only signals
-      const held = (await client.workflow.getHandle(id, lost.runId).query(deviceStateQuery)).current;
-      return held && (await stillHeld(held)) ? held : undefined;
-    } catch (err) {
-      Context.current().log.warn('could not tell what a lost device workflow held; starting it free', {
-        device: deviceKey(hostId, deviceId),
-        error: String(err),
-      });
-      return undefined;
     }
   };
 
@@ -262,35 +267,84 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
        * sent falls back to asking its tasks one by one.
        */
       const batch: EnqueueRequest[] = [];
+      let batchBytes = 0;
+      /** Tasks whose enqueue went in a batch the scheduler took (confirmBatched checks it applied them). */
+      const batched = new Set<string>();
       const requeue = (id: string) => client.workflow.getHandle(id).signal(requeueTaskSignal, { pool, reason });
       const flush = async (): Promise<void> => {
         const requests = batch.splice(0);
+        batchBytes = 0;
         if (requests.length === 0) return;
+        for (let attempt = 1; ; attempt++) {
+          try {
+            await client.workflow.getHandle(schedulerWorkflowId(pool)).signal(enqueueTasksSignal, { requests });
+            for (const r of requests) batched.add(taskWorkflowId(r.taskId));
+            return;
+          } catch (err) {
+            if (attempt < 2) {
+              await ctx.sleep(500);
+              continue;
+            }
+            ctx.log.warn('pool recovery: a batch of enqueues failed; asking its tasks one by one', {
+              pool,
+              tasks: requests.length,
+              error: String(err),
+            });
+            const ids = requests.map((r) => taskWorkflowId(r.taskId));
+            for (const id of ids) told.delete(id);
+            return await tell(ids, requeue);
+          }
+        }
+      };
+      /** The enqueue the task would send now; undefined when it cannot be read (it is then asked). */
+      const readEnqueue = async (id: string): Promise<EnqueueRequest | null | undefined> => {
         try {
-          await client.workflow.getHandle(schedulerWorkflowId(pool)).signal(enqueueTasksSignal, { requests });
+          const req = await client.workflow.getHandle(id).query(taskEnqueueRequestQuery);
+          // Only the task's own (an answer is signed into a signal by this client: nothing else goes).
+          return req === null || (req && taskWorkflowId(req.taskId) === id) ? req : undefined;
         } catch (err) {
-          ctx.log.warn('pool recovery: a batch of enqueues failed; asking its tasks one by one', {
-            pool,
-            tasks: requests.length,
-            error: String(err),
-          });
-          const ids = requests.map((r) => taskWorkflowId(r.taskId));
-          for (const id of ids) told.delete(id);
-          await tell(ids, requeue);
+          if (err instanceof WorkflowNotFoundError) throw err; // ended meanwhile
+          return undefined; // a task from a build without the query, or one no worker answers now
         }
       };
       const enqueueAgain = async (id: string): Promise<void> => {
-        let req: EnqueueRequest | null;
-        try {
-          req = await client.workflow.getHandle(id).query(taskEnqueueRequestQuery);
-        } catch (err) {
-          if (err instanceof WorkflowNotFoundError) throw err; // ended meanwhile
-          // A task from a build without the query, or one no worker answers now: it is asked.
-          return await requeue(id);
-        }
-        if (!req) return; // waits for nothing
+        const req = await readEnqueue(id);
+        if (req === undefined) return await requeue(id);
+        if (req === null) return; // waits for nothing
         batch.push(req);
-        if (batch.length >= RECOVERY_BATCH) await flush();
+        batchBytes += JSON.stringify(req).length;
+        if (batch.length >= RECOVERY_BATCH || batchBytes >= RECOVERY_BATCH_BYTES) await flush();
+      };
+      /**
+       * Every batched task as the scheduler holds it (queued, or holding a device), or else looked
+       * at again once the scheduler takes no more: still waiting, it is asked itself. A batch a
+       * worker from before took (it has no handler for it, and drops it) loses no task.
+       */
+      const confirmBatched = async (): Promise<void> => {
+        let missing = [...batched];
+        let fewest = missing.length;
+        let progressAt = Date.now();
+        while (missing.length > 0 && Date.now() - progressAt < RECOVERY_CONFIRM_IDLE_MS) {
+          await ctx.sleep(RECOVERY_CONFIRM_EVERY_MS);
+          ctx.heartbeat();
+          const view = await client.workflow
+            .getHandle(schedulerWorkflowId(pool))
+            .query(schedulerStateQuery)
+            .catch(() => undefined);
+          if (!view) continue;
+          const known = new Set(view.queue.map((q) => taskWorkflowId(q.taskId)));
+          for (const d of view.devices) if (d.reservedBy) known.add(taskWorkflowId(d.reservedBy.taskId));
+          missing = missing.filter((id) => !known.has(id));
+          if (missing.length < fewest) {
+            fewest = missing.length;
+            progressAt = Date.now();
+          }
+        }
+        // Mostly tasks that ran meanwhile (they wait for nothing now).
+        for (const id of missing) told.delete(id);
+        await tell(missing, async (id) => {
+          if ((await readEnqueue(id)) !== null) await requeue(id);
+        });
       };
       const pass = async (): Promise<void> => {
         const tasks = await ids(`${FleetKind.name} = 'task' AND ${FleetPool.name} = ${p} AND ${running} AND ${taskQueues}`);
@@ -308,6 +362,7 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
         ctx.heartbeat();
       }
       await pass();
+      await confirmBatched();
       const count = (prefix: string) => [...told].filter((id) => id.startsWith(prefix)).length;
       return { tasks: count(taskWorkflowId('')), hosts: count(hostWorkflowId('')), failed };
     },
@@ -408,8 +463,12 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
 
 /** How many signals (or task queries) `recoverPool` has on their way at once. */
 const RECOVERY_PARALLEL = 16;
-/** How many waiting tasks' enqueues `recoverPool` sends to the scheduler in one signal. */
+/** How many waiting tasks' enqueues `recoverPool` sends to the scheduler in one signal, at most, and how many bytes. */
 const RECOVERY_BATCH = 200;
+const RECOVERY_BATCH_BYTES = 256 * 1024;
+/** `recoverPool` checks the scheduler took its batches this often, until it takes no more for the second. */
+const RECOVERY_CONFIRM_EVERY_MS = 5_000;
+const RECOVERY_CONFIRM_IDLE_MS = 20_000;
 /** How long `recoverPool` waits before its second look (visibility lags behind the workflows). */
 const RECOVERY_SECOND_LOOK_MS = 5_000;
 
