@@ -52,6 +52,33 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
     });
     return sched;
   };
+  /** A fleet with one host h1 and one device d1, on which task `holder` runs until finish(). */
+  const fleetWithHolder = async (name: string) => {
+    const fleet = await startFleet(name);
+    f = fleet;
+    const holder = uid('holder');
+    const { runners, calls } = holding(holder);
+    await fleet.addHost('h1', [{ deviceId: 'd1' }], { runners });
+    await eventually(async () => ((await fleet.scheduler()).devices.length >= 1 ? true : undefined), 'd1 in the pool');
+    await fleet.fleet.submit({ taskId: holder, goal: 'hold the device' });
+    const running = await fleet.waitForStatus(holder, 'running');
+    return { fleet, holder, calls, running };
+  };
+  /**
+   * Lets the holder's run end: it is done in one attempt (not displaced), then the next task runs
+   * on d1, and the audit sees no overlapping reservations of d1.
+   */
+  const holderThenNext = async (fleet: Fleet, holder: string, nextId: string, calls: Array<{ taskId: string }>) => {
+    finish!();
+    const first = await fleet.fleet.wait(holder, { timeoutMs: 60_000 });
+    assert.equal(first.status, 'done');
+    assert.equal(first.attempts.length, 1, 'the running task was not displaced');
+    const second = await fleet.fleet.wait(nextId, { timeoutMs: 60_000 });
+    assert.equal(second.status, 'done');
+    assert.deepEqual(second.attempts.map((a) => a.deviceId), ['d1']);
+    assert.deepEqual(calls.map((c) => c.taskId), [holder, nextId]);
+    await assertNoOverlappingReservations(fleet.client, [{ hostId: fleet.hostId('h1'), deviceId: 'd1' }]);
+  };
   afterEach(async () => {
     finish?.();
     finish = undefined;
@@ -127,44 +154,26 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
   });
 
   it('A device workflow terminated while its task runs: the task ends as usual, the next one runs there, and the audit sees no overlap', async () => {
-    f = await startFleet('recover-device-running');
-    const holder = uid('holder');
-    const { runners, calls } = holding(holder);
-    await f.addHost('h1', [{ deviceId: 'd1' }], { runners });
-    await eventually(async () => ((await f!.scheduler()).devices.length >= 1 ? true : undefined), 'd1 in the pool');
-    await f.fleet.submit({ taskId: holder, goal: 'hold the device' });
-    await f.waitForStatus(holder, 'running');
-    await f.client.workflow.getHandle(deviceWorkflowId(f.hostId('h1'), 'd1')).terminate('test: device workflow lost');
+    const { fleet, holder, calls } = await fleetWithHolder('recover-device-running');
+    await fleet.client.workflow.getHandle(deviceWorkflowId(fleet.hostId('h1'), 'd1')).terminate('test: device workflow lost');
     // The pool still holds d1 for the running task: the next task waits for it.
-    const next = await f.fleet.submit({ goal: 'open settings' });
-    finish!();
-    assert.equal((await f.fleet.wait(holder, { timeoutMs: 60_000 })).status, 'done');
-    const second = await f.fleet.wait(next.taskId, { timeoutMs: 60_000 });
-    assert.equal(second.status, 'done');
-    assert.deepEqual(second.attempts.map((a) => a.deviceId), ['d1']);
-    assert.deepEqual(calls.map((c) => c.taskId), [holder, next.taskId]);
-    // The lost run's lease ended when its task let go (before the next reservation), not never.
-    await assertNoOverlappingReservations(f.client, [{ hostId: f.hostId('h1'), deviceId: 'd1' }]);
+    const next = await fleet.fleet.submit({ goal: 'open settings' });
+    // The lost run's lease ends when its task lets go (before the next reservation), not never.
+    await holderThenNext(fleet, holder, next.taskId, calls);
   });
 
   it('A device workflow terminated while its task runs, then the scheduler: the device is started again holding that task\'s lease, and the next task waits for it', async () => {
-    f = await startFleet('recover-device-held');
-    const holder = uid('holder');
-    const { runners, calls } = holding(holder);
-    await f.addHost('h1', [{ deviceId: 'd1' }], { runners });
-    await eventually(async () => ((await f!.scheduler()).devices.length >= 1 ? true : undefined), 'd1 in the pool');
-    await f.fleet.submit({ taskId: holder, goal: 'hold the device' });
-    const running = await f.waitForStatus(holder, 'running');
-    const device = f.client.workflow.getHandle(deviceWorkflowId(f.hostId('h1'), 'd1'));
+    const { fleet, holder, calls, running } = await fleetWithHolder('recover-device-held');
+    const device = fleet.client.workflow.getHandle(deviceWorkflowId(fleet.hostId('h1'), 'd1'));
     const lost = (await device.describe()).runId;
     // Both lost: the new scheduler run knows no holds, and no device workflow holds the lease.
     await device.terminate('test: device workflow lost');
-    await f.client.workflow.getHandle(schedulerWorkflowId(f.pool)).terminate('test: scheduler lost');
-    await ensurePools(f.client, f.config);
+    await fleet.client.workflow.getHandle(schedulerWorkflowId(fleet.pool)).terminate('test: scheduler lost');
+    await ensurePools(fleet.client, fleet.config);
     // The next task's reservation finds no device workflow; its host starts it again, and it holds
     // the running task's lease from the start (before: free, and the next task took the device
     // from under the running one).
-    const next = await f.fleet.submit({ goal: 'open settings' });
+    const next = await fleet.fleet.submit({ goal: 'open settings' });
     const restored = await eventually(async () => {
       const d = await device.describe();
       return d.runId !== lost && d.status.name === 'RUNNING' ? d : undefined;
@@ -177,17 +186,9 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
       async () => ((await device.query(deviceStateQuery)).refusals > 0 ? true : undefined),
       'the next task refused',
     );
-    assert.equal((await f.fleet.get(next.taskId)).status, 'queued');
+    assert.equal((await fleet.fleet.get(next.taskId)).status, 'queued');
     assert.deepEqual(calls.map((c) => c.taskId), [holder], 'only the holder ran so far');
-    finish!();
-    const first = await f.fleet.wait(holder, { timeoutMs: 60_000 });
-    assert.equal(first.status, 'done');
-    assert.equal(first.attempts.length, 1, 'the running task was not displaced');
-    const second = await f.fleet.wait(next.taskId, { timeoutMs: 60_000 });
-    assert.equal(second.status, 'done');
-    assert.deepEqual(second.attempts.map((a) => a.deviceId), ['d1']);
-    assert.deepEqual(calls.map((c) => c.taskId), [holder, next.taskId]);
-    await assertNoOverlappingReservations(f.client, [{ hostId: f.hostId('h1'), deviceId: 'd1' }]);
+    await holderThenNext(fleet, holder, next.taskId, calls);
   });
 
   it('The control plane starts a terminated scheduler again on its own (poolWatchMs), and the task waiting in it runs', async () => {
@@ -301,22 +302,16 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
   });
 
   it('A release the lost run had received but not passed on reaches the device (not held until its deadline)', async () => {
-    f = await startFleet('recover-release');
-    const holder = uid('holder');
-    const { runners } = holding(holder);
-    await f.addHost('h1', [{ deviceId: 'd1' }], { runners });
-    await eventually(async () => ((await f!.scheduler()).devices.length >= 1 ? true : undefined), 'd1 in the pool');
-    await f.fleet.submit({ taskId: holder, goal: 'hold the device' });
-    await f.waitForStatus(holder, 'running');
+    const { fleet, holder } = await fleetWithHolder('recover-release');
     // The scheduler is replaced by a run nobody serves: it records the task's release and never passes it on.
-    const sched = await replaceByRunNobodyServes(f);
+    const sched = await replaceByRunNobodyServes(fleet);
     finish!();
-    assert.equal((await f.fleet.wait(holder, { timeoutMs: 60_000 })).status, 'done');
+    assert.equal((await fleet.fleet.wait(holder, { timeoutMs: 60_000 })).status, 'done');
     await eventually(async () => (await signalled(sched, 'taskReleased')) || undefined, 'the release recorded by the run nobody serves');
-    const device = f.client.workflow.getHandle(deviceWorkflowId(f.hostId('h1'), 'd1'));
+    const device = fleet.client.workflow.getHandle(deviceWorkflowId(fleet.hostId('h1'), 'd1'));
     assert.ok((await device.query(deviceStateQuery)).current, 'still held: the release never reached it');
     await sched.terminate('test: scheduler lost');
-    await ensurePools(f.client, f.config);
+    await ensurePools(fleet.client, fleet.config);
     // Freed by the recovery, long before the hold's deadline (ack 10 s + execution 60 s + 60 s).
     await eventually(
       async () => ((await device.query(deviceStateQuery)).current === undefined ? true : undefined),
