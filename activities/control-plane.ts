@@ -8,6 +8,7 @@ import { WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import { decodeFromPayloadsAtIndex } from '@temporalio/common/lib/internal-non-workflow';
 import { schedulerInput, schedulerStart, taskWorkflowQueue, type ControlPlaneConfig } from '../control-plane/config';
+import { signalTagFor } from '../control-plane/signal-auth';
 import type { deviceWorkflow } from '../workflows/device';
 import {
   deviceKey,
@@ -21,10 +22,12 @@ import {
   adoptDeviceSignal,
   deviceStateQuery,
   enqueueTasksSignal,
+  expireHoldSignal,
   hostDevicesSignal,
   releaseDeviceSignal,
   republishHostSignal,
   requeueTaskSignal,
+  reserveDeviceSignal,
   schedulerStateQuery,
   taskEnqueueRequestQuery,
   taskReleasedSignal,
@@ -51,7 +54,8 @@ export interface SyncHostRequest {
   newDevices: string[];
   /**
    * Of `newDevices`, those a pool found without a workflow (republishHost): each is started knowing
-   * the lease its lost run held for a task that still holds it, if any (`lostHold`).
+   * the lease its lost run held for a task that still holds it, if any, and gets the signals that run
+   * never handled (`lostRun`).
    */
   restoreDevices?: string[];
   /** Every pool to tell, including pools the host no longer has devices in (they get an empty list). */
@@ -85,13 +89,20 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
   };
 
   /**
-   * A device workflow a pool found gone (terminated, say) may have held a lease for a task that
-   * still runs on the device: a pool started anew knows no holds, and would give the device to
-   * another task. What the lost run held is read from that run itself (a query replays a closed
-   * run) and kept if its task still holds it. A lookup that fails three times starts the device
-   * free and says so: a host's publish never waits on it for long.
+   * A device workflow a pool found gone (terminated, say), as its last run left it:
+   * - `held`: the lease it held for a task that still runs on the device (a pool started anew knows
+   *   no holds, and would give the device to another task). Read from that run itself (a query
+   *   replays a closed run; only a run of this control queue) and kept if the task still holds it.
+   * - `unhandled`: the pools' signals it had received but not handled (after its last completed
+   *   workflow task), each with a valid tag for this device: a reservation among them would
+   *   otherwise leave its task waiting for an assignment until the pool's hold ran out.
+   * A lookup that fails three times starts the device free and says so: a host's publish never
+   * waits on it for long.
    */
-  const lostHold = async (hostId: string, deviceId: string): Promise<Reservation | undefined> => {
+  const lostRun = async (
+    hostId: string,
+    deviceId: string,
+  ): Promise<{ held?: Reservation; unhandled: Array<{ signal: string; arg: unknown }> }> => {
     const id = deviceWorkflowId(hostId, deviceId);
     for (let attempt = 1; ; attempt++) {
       try {
@@ -99,12 +110,31 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
         try {
           lost = await client.workflow.getHandle(id).describe();
         } catch (err) {
-          if (err instanceof WorkflowNotFoundError) return undefined; // never started, or gone from retention
+          if (err instanceof WorkflowNotFoundError) return { unhandled: [] }; // never started, or gone from retention
           throw err;
         }
-        if (lost.status.name === 'RUNNING') return undefined; // started again already: signal-with-start only signals
-        const held = (await client.workflow.getHandle(id, lost.runId).query(deviceStateQuery)).current;
-        return held && (await stillHeld(held)) ? held : undefined;
+        if (lost.status.name === 'RUNNING') return { unhandled: [] }; // started again already: signal-with-start only signals
+        const run = client.workflow.getHandle(id, lost.runId);
+        const ours = lost.taskQueue === config.controlTaskQueue;
+        const current = ours ? (await run.query(deviceStateQuery)).current : undefined;
+        const held = current && (await stillHeld(current)) ? current : undefined;
+        const events = (await run.fetchHistory()).events ?? [];
+        let from = 0;
+        events.forEach((e, i) => {
+          if (e.workflowTaskCompletedEventAttributes) from = i + 1;
+        });
+        const unhandled: Array<{ signal: string; arg: unknown }> = [];
+        const codecs = client.options.loadedDataConverter.payloadCodecs;
+        const where = { namespace: client.options.namespace, workflowId: id };
+        for (const e of events.slice(from)) {
+          const sig = e.workflowExecutionSignaledEventAttributes;
+          const signal = sig?.signalName ?? '';
+          if (!sig || !REDELIVERED_DEVICE_SIGNALS.includes(signal)) continue;
+          if ((await signalTagFor(codecs, where, signal, sig.input?.payloads)) !== 'taken') continue;
+          const arg = await decodeFromPayloadsAtIndex(client.options.loadedDataConverter, 0, sig.input?.payloads);
+          if (arg && typeof arg === 'object') unhandled.push({ signal, arg });
+        }
+        return { held, unhandled };
       } catch (err) {
         if (attempt < 3) {
           await new Promise((r) => setTimeout(r, 500 * attempt));
@@ -114,7 +144,7 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
           device: deviceKey(hostId, deviceId),
           error: String(err),
         });
-        return undefined;
+        return { unhandled: [] };
       }
     }
   };
@@ -417,11 +447,12 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
       //
       // A device a pool found without a workflow (terminated, say) may still run a task: the pool
       // that sent the reservation knew it free, but a pool started anew knows no holds. Started
-      // holding that task's lease (lostHold), it refuses other reservations until the task lets go.
+      // holding that task's lease (lostRun), it refuses other reservations until the task lets go.
       const restore = new Set(req.restoreDevices ?? []);
       await Promise.all(
         req.newDevices.map(async (deviceId) => {
-          const restored = restore.has(deviceId) ? await lostHold(req.hostId, deviceId) : undefined;
+          const lost = restore.has(deviceId) ? await lostRun(req.hostId, deviceId) : { unhandled: [] };
+          const restored = lost.held;
           await client.workflow.signalWithStart<typeof deviceWorkflow, [{ by: string; at: number }]>('deviceWorkflow', {
             workflowId: deviceWorkflowId(req.hostId, deviceId),
             taskQueue: config.controlTaskQueue,
@@ -433,6 +464,11 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
             staticSummary: `reservations of device ${deviceId} on host ${req.hostId}`,
           });
           if (restored) await releaseIfLetGo(restored);
+          // What the lost run never handled, to the new one: releases first (as it registers them).
+          const order = (u: { signal: string }) => (u.signal === reserveDeviceSignal.name ? 1 : 0);
+          for (const u of [...lost.unhandled].sort((a, b) => order(a) - order(b))) {
+            await client.workflow.getHandle(deviceWorkflowId(req.hostId, deviceId)).signal(u.signal, u.arg);
+          }
         }),
       );
       await Promise.all(
@@ -461,6 +497,8 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
   };
 }
 
+/** The pools' signals to a device that a device workflow started again gets, if its lost run had not handled them. */
+const REDELIVERED_DEVICE_SIGNALS = [releaseDeviceSignal.name, expireHoldSignal.name, reserveDeviceSignal.name];
 /** How many signals (or task queries) `recoverPool` has on their way at once. */
 const RECOVERY_PARALLEL = 16;
 /** How many waiting tasks' enqueues `recoverPool` sends to the scheduler in one signal, at most, and how many bytes. */

@@ -10,7 +10,7 @@ import { loadControlPlaneConfig, taskWorkflowQueue } from './config';
 import { connectClient, connectWorker, temporalSettingsFromEnv } from './connection';
 import { signalKeysFromEnv } from './signal-auth';
 import { createLog, SdkJsonLogger } from './log';
-import { createControlPlaneWorker, ensurePools, restartStoppedSchedulers } from './worker';
+import { createControlPlaneWorker, ensurePools, restartStoppedSchedulers, restoreStoppedDevices } from './worker';
 
 const log = createLog('control-plane');
 
@@ -90,11 +90,13 @@ async function main(): Promise<void> {
     })();
   }
   // A scheduler terminated by an operator (or failed) is started again within poolWatchMs, even in
-  // a pool where nothing else happens; its new run asks the pool's tasks and hosts again.
+  // a pool where nothing else happens; its new run asks the pool's tasks and hosts again. So is a
+  // device workflow, by its host.
   void (async () => {
     // Each failure is said once per spell (the server may be down a while), not at every check.
     let failing = false;
     const failingPools = new Set<string>();
+    const failingDevices = new Set<string>();
     while (!stopping) {
       await new Promise((r) => setTimeout(r, config.poolWatchMs).unref());
       if (stopping) return;
@@ -108,6 +110,16 @@ async function main(): Promise<void> {
         }
         failingPools.clear();
         for (const { pool } of failed) failingPools.add(pool);
+        // And device workflows lost the same way: their hosts start them again.
+        const devices = await restoreStoppedDevices(client, config);
+        for (const device of devices.restored) {
+          log.warn('a device workflow was not running (terminated or failed): its host starts it again', { device });
+        }
+        for (const { device, error } of devices.failed) {
+          if (!failingDevices.has(device)) log.error('could not have a device workflow started again; trying again', { device, error });
+        }
+        failingDevices.clear();
+        for (const { device } of devices.failed) failingDevices.add(device);
         failing = false;
       } catch (err) {
         if (!failing) log.warn('could not check that every pool scheduler runs; trying again', { error: err });

@@ -11,15 +11,24 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { QueryNotRegisteredError, WorkflowNotFoundError, type Client } from '@temporalio/client';
 import { bundleWorkflowCode, Runtime, Worker, type NativeConnection, type WorkflowBundle } from '@temporalio/worker';
 import { createControlPlaneActivities } from '../activities/control-plane';
-import { schedulerWorkflowId } from '../workflows/ids';
+import { deviceWorkflowId, hostWorkflowId, schedulerWorkflowId } from '../workflows/ids';
 import {
   configureSchedulerUpdate,
+  republishHostSignal,
   schedulerConfigQuery,
   setSchedulerConfigSignal,
   type SchedulerConfig,
 } from '../workflows/messages';
 import type { schedulerWorkflow } from '../workflows/scheduler';
-import { ALL_SEARCH_ATTRIBUTES, FleetKind, FleetPool, STOPPED, visibilityString } from '../workflows/search-attributes';
+import {
+  ALL_SEARCH_ATTRIBUTES,
+  FleetDeviceId,
+  FleetHostId,
+  FleetKind,
+  FleetPool,
+  STOPPED,
+  visibilityString,
+} from '../workflows/search-attributes';
 import { poolConfig, schedulerStart, taskWorkflowQueue, type ControlPlaneConfig } from './config';
 import { PAYLOAD_CONVERTER_PATH } from './connection';
 import { createSealingCodec } from './sealing';
@@ -196,6 +205,56 @@ export async function restartStoppedSchedulers(
     }
   }
   return { restarted, failed };
+}
+
+/** How far back `restoreStoppedDevices` looks for device workflows that stopped. */
+const DEVICE_WATCH_WINDOW_MS = 10 * 60_000;
+
+/**
+ * Device workflows of this control queue that stopped (terminated, failed, timed out) in the last
+ * ten minutes and have no run going now: each one's host is asked to start it again
+ * (`republishHost` with the device as missing), as a pool's reservation that found it gone would.
+ * Without this a device whose workflow was lost while it had a reservation to handle kept that
+ * reservation's task waiting until the pool's hold ran out. Devices of a removed host (its
+ * workflow not running) are left alone. Returns the devices asked for, and the failures.
+ */
+export async function restoreStoppedDevices(
+  client: Client,
+  config: ControlPlaneConfig,
+): Promise<{ restored: string[]; failed: Array<{ device: string; error: unknown }> }> {
+  const since = new Date(Date.now() - DEVICE_WATCH_WINDOW_MS).toISOString();
+  const query =
+    `${FleetKind.name} = 'device' AND TaskQueue = ${visibilityString(config.controlTaskQueue)} AND ${STOPPED} AND ` +
+    `CloseTime > "${since}"`;
+  const stopped = new Map<string, { hostId: string; deviceId: string }>();
+  for await (const wf of client.workflow.list({ query })) {
+    const hostId = wf.typedSearchAttributes.get(FleetHostId);
+    const deviceId = wf.typedSearchAttributes.get(FleetDeviceId);
+    if (hostId && deviceId && wf.workflowId === deviceWorkflowId(hostId, deviceId)) stopped.set(wf.workflowId, { hostId, deviceId });
+  }
+  const restored: string[] = [];
+  const failed: Array<{ device: string; error: unknown }> = [];
+  for (const [id, { hostId, deviceId }] of stopped) {
+    try {
+      if ((await client.workflow.getHandle(id).describe()).status.name === 'RUNNING') continue;
+      const host = await client.workflow
+        .getHandle(hostWorkflowId(hostId))
+        .describe()
+        .catch((err: unknown) => {
+          if (err instanceof WorkflowNotFoundError) return undefined;
+          throw err;
+        });
+      const pool = host?.typedSearchAttributes.get(FleetPool);
+      if (!host || host.status.name !== 'RUNNING' || !pool) continue;
+      await client.workflow
+        .getHandle(hostWorkflowId(hostId))
+        .signal(republishHostSignal, { pool, reason: 'its device workflow stopped', missingDevices: [deviceId] });
+      restored.push(id);
+    } catch (error) {
+      failed.push({ device: id, error });
+    }
+  }
+  return { restored, failed };
 }
 
 async function ensurePool(client: Client, config: ControlPlaneConfig, pool: string, timeoutMs: number): Promise<void> {

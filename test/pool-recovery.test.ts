@@ -10,8 +10,8 @@ import type { WorkflowHandle } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
 import { AdmissionPendingError } from '../control-plane/client';
 import { schedulerInput } from '../control-plane/config';
-import { deviceStateQuery } from '../workflows/messages';
-import { ensurePools, restartStoppedSchedulers } from '../control-plane/worker';
+import { deviceStateQuery, republishHostSignal } from '../workflows/messages';
+import { ensurePools, restartStoppedSchedulers, restoreStoppedDevices } from '../control-plane/worker';
 import { FleetPool } from '../workflows/search-attributes';
 import { deviceWorkflowId, hostWorkflowId, poolRecoveryWorkflowId, schedulerWorkflowId, taskWorkflowId } from '../workflows/ids';
 import { eventually, startFleet, uid, type Fleet } from './helpers/fleet';
@@ -189,6 +189,58 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
     assert.equal((await fleet.fleet.get(next.taskId)).status, 'queued');
     assert.deepEqual(calls.map((c) => c.taskId), [holder], 'only the holder ran so far');
     await holderThenNext(fleet, holder, next.taskId, calls);
+  });
+
+  it('The control plane\'s watch has a terminated device workflow started again by its host, before any reservation finds it gone', async () => {
+    f = await startFleet('recover-device-watch');
+    await f.addHost('h1', [{ deviceId: 'd1' }]);
+    await eventually(async () => ((await f!.scheduler()).devices.length >= 1 ? true : undefined), 'd1 in the pool');
+    const id = deviceWorkflowId(f.hostId('h1'), 'd1');
+    const lost = (await f.client.workflow.getHandle(id).describe()).runId;
+    await f.client.workflow.getHandle(id).terminate('test: device workflow lost');
+    // Visibility lists the stopped run a moment later: the check (each poolWatchMs) finds it then.
+    await eventually(
+      async () => ((await restoreStoppedDevices(f!.client, f!.config)).restored.includes(id) ? true : undefined),
+      'the watch asks the host',
+    );
+    await eventually(async () => {
+      const d = await f!.client.workflow.getHandle(id).describe();
+      return d.runId !== lost && d.status.name === 'RUNNING' ? true : undefined;
+    }, 'the device workflow started again');
+    // Running again: the watch leaves it alone.
+    assert.deepEqual((await restoreStoppedDevices(f.client, f.config)).restored, []);
+  });
+
+  it('A reservation the lost device workflow had received but not handled goes to the one started again, and its task runs', async () => {
+    f = await startFleet('recover-device-unhandled');
+    await f.addHost('h1', [{ deviceId: 'd1' }]);
+    await eventually(async () => ((await f!.scheduler()).devices.length >= 1 ? true : undefined), 'd1 in the pool');
+    const id = deviceWorkflowId(f.hostId('h1'), 'd1');
+    // The device workflow is replaced by a run no worker serves: it records the pool's
+    // reservation and never handles it, as a run lost right after the signal landed.
+    await f.client.workflow.getHandle(id).terminate('test: replaced by a run nobody serves');
+    const unserved = await f.client.workflow.start('deviceWorkflow', {
+      workflowId: id,
+      taskQueue: uid('nobody-polls'),
+      args: [{ hostId: f.hostId('h1'), deviceId: 'd1' }],
+    });
+    // Its admission comes with the device's assignment (the pool gave it d1 in the same round): pending.
+    const taskId = uid('stranded');
+    await assert.rejects(
+      f.fleet.submit({ taskId, goal: 'open settings' }, { admissionTimeoutMs: 1_000 }),
+      AdmissionPendingError,
+    );
+    await eventually(async () => (await signalled(unserved, 'reserveDevice')) || undefined, 'the reservation recorded');
+    await unserved.terminate('test: device workflow lost');
+    // Its host starts it again (as the watch or a failed reservation has it do) ...
+    await f.client.workflow
+      .getHandle(hostWorkflowId(f.hostId('h1')))
+      .signal(republishHostSignal, { pool: f.pool, reason: 'test', missingDevices: ['d1'] });
+    // ... and the reservation the lost run never handled reaches the new run: the task runs now,
+    // not when the pool's hold on d1 runs out (ack 10 s + execution 60 s + 60 s).
+    const done = await f.fleet.wait(taskId, { timeoutMs: 30_000 });
+    assert.equal(done.status, 'done');
+    assert.deepEqual(done.attempts.map((a) => a.deviceId), ['d1']);
   });
 
   it('The control plane starts a terminated scheduler again on its own (poolWatchMs), and the task waiting in it runs', async () => {
