@@ -112,7 +112,8 @@ export const ControlPlaneConfigSchema = z.strictObject({
   /**
    * How often the control plane checks that the scheduler of every pool it serves is running (the
    * configured pools, and any pool on its control queue whose scheduler was terminated or failed),
-   * and starts again one that is not. A run started anew recovers its queue and devices.
+   * and starts again one that is not. A run started anew recovers its queue and devices. The same
+   * check has hosts start again their device workflows that stopped (terminated, failed).
    */
   poolWatchMs: z.number().int().min(100).default(30_000),
   /** Holds nobody released (a task terminated while holding a device) are swept this often... */
