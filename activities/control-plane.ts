@@ -113,10 +113,26 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
           if (err instanceof WorkflowNotFoundError) return { unhandled: [] }; // never started, or gone from retention
           throw err;
         }
-        if (lost.status.name === 'RUNNING') return { unhandled: [] }; // started again already: signal-with-start only signals
-        const run = client.workflow.getHandle(id, lost.runId);
-        const ours = lost.taskQueue === config.controlTaskQueue;
-        const current = ours ? (await run.query(deviceStateQuery)).current : undefined;
+        let target: { runId: string; taskQueue: string } = lost;
+        let running = false;
+        if (lost.status.name === 'RUNNING') {
+          // Started again already (this publish tried before and failed after the start, say): no
+          // hold can go into it now, but the signals the run before it never handled are sent
+          // again (a device takes a lease it knows, or a release of a lease it does not hold, as nothing).
+          running = true;
+          const startedAt = lost.startTime.getTime();
+          let before: { runId: string; taskQueue: string; closed: number } | undefined;
+          for await (const wf of client.workflow.list({ query: `WorkflowId = ${visibilityString(id)} AND ${STOPPED}` })) {
+            const closed = wf.closeTime?.getTime() ?? 0;
+            const recent = closed <= startedAt && closed > startedAt - RESTORE_RESEND_WINDOW_MS;
+            if (recent && (!before || closed > before.closed)) before = { runId: wf.runId, taskQueue: wf.taskQueue, closed };
+          }
+          if (!before) return { unhandled: [] };
+          target = before;
+        }
+        const run = client.workflow.getHandle(id, target.runId);
+        const ours = target.taskQueue === config.controlTaskQueue;
+        const current = ours && !running ? (await run.query(deviceStateQuery)).current : undefined;
         const held = current && (await stillHeld(current)) ? current : undefined;
         const events = (await run.fetchHistory()).events ?? [];
         let from = 0;
@@ -360,7 +376,10 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
           const view = await client.workflow
             .getHandle(schedulerWorkflowId(pool))
             .query(schedulerStateQuery)
-            .catch(() => undefined);
+            .catch((err: unknown) => {
+              ctx.log.warn('pool recovery: could not read the scheduler to confirm its batches', { pool, error: String(err) });
+              return undefined;
+            });
           if (!view) continue;
           const known = new Set(view.queue.map((q) => taskWorkflowId(q.taskId)));
           for (const d of view.devices) if (d.reservedBy) known.add(taskWorkflowId(d.reservedBy.taskId));
@@ -497,6 +516,8 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
   };
 }
 
+/** A device workflow running already gets the signals of the run before it that stopped at most this long before it started. */
+const RESTORE_RESEND_WINDOW_MS = 10 * 60_000;
 /** The pools' signals to a device that a device workflow started again gets, if its lost run had not handled them. */
 const REDELIVERED_DEVICE_SIGNALS = [releaseDeviceSignal.name, expireHoldSignal.name, reserveDeviceSignal.name];
 /** How many signals (or task queries) `recoverPool` has on their way at once. */

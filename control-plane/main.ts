@@ -96,7 +96,8 @@ async function main(): Promise<void> {
     // Each failure is said once per spell (the server may be down a while), not at every check.
     let failing = false;
     const failingPools = new Set<string>();
-    const failingDevices = new Set<string>();
+    const failingHosts = new Set<string>();
+    let failingDeviceCheck = false;
     while (!stopping) {
       await new Promise((r) => setTimeout(r, config.poolWatchMs).unref());
       if (stopping) return;
@@ -110,20 +111,26 @@ async function main(): Promise<void> {
         }
         failingPools.clear();
         for (const { pool } of failed) failingPools.add(pool);
-        // And device workflows lost the same way: their hosts start them again.
-        const devices = await restoreStoppedDevices(client, config);
-        for (const device of devices.restored) {
-          log.warn('a device workflow was not running (terminated or failed): its host starts it again', { device });
-        }
-        for (const { device, error } of devices.failed) {
-          if (!failingDevices.has(device)) log.error('could not have a device workflow started again; trying again', { device, error });
-        }
-        failingDevices.clear();
-        for (const { device } of devices.failed) failingDevices.add(device);
         failing = false;
       } catch (err) {
         if (!failing) log.warn('could not check that every pool scheduler runs; trying again', { error: err });
         failing = true;
+      }
+      // And device workflows lost the same way: their hosts start them again.
+      try {
+        const devices = await restoreStoppedDevices(client, config);
+        for (const device of devices.restored) {
+          log.warn('a device workflow was not running (terminated or failed): its host starts it again', { device });
+        }
+        for (const { host, error } of devices.failed) {
+          if (!failingHosts.has(host)) log.error('could not ask a host to start its device workflows again; trying again', { host, error });
+        }
+        failingHosts.clear();
+        for (const { host } of devices.failed) failingHosts.add(host);
+        failingDeviceCheck = false;
+      } catch (err) {
+        if (!failingDeviceCheck) log.warn('could not check that every device workflow runs; trying again', { error: err });
+        failingDeviceCheck = true;
       }
     }
   })();

@@ -14,6 +14,7 @@ import { createControlPlaneActivities } from '../activities/control-plane';
 import { deviceWorkflowId, hostWorkflowId, schedulerWorkflowId } from '../workflows/ids';
 import {
   configureSchedulerUpdate,
+  hostStateQuery,
   republishHostSignal,
   schedulerConfigQuery,
   setSchedulerConfigSignal,
@@ -216,42 +217,52 @@ const DEVICE_WATCH_WINDOW_MS = 10 * 60_000;
  * (`republishHost` with the device as missing), as a pool's reservation that found it gone would.
  * Without this a device whose workflow was lost while it had a reservation to handle kept that
  * reservation's task waiting until the pool's hold ran out. Devices of a removed host (its
- * workflow not running) are left alone. Returns the devices asked for, and the failures.
+ * workflow not running), and devices the host no longer reports, are left alone. One signal per
+ * host. Returns the devices asked for, and the hosts that failed.
  */
 export async function restoreStoppedDevices(
   client: Client,
   config: ControlPlaneConfig,
-): Promise<{ restored: string[]; failed: Array<{ device: string; error: unknown }> }> {
+): Promise<{ restored: string[]; failed: Array<{ host: string; error: unknown }> }> {
   const since = new Date(Date.now() - DEVICE_WATCH_WINDOW_MS).toISOString();
   const query =
-    `${FleetKind.name} = 'device' AND TaskQueue = ${visibilityString(config.controlTaskQueue)} AND ${STOPPED} AND ` +
-    `CloseTime > "${since}"`;
-  const stopped = new Map<string, { hostId: string; deviceId: string }>();
+    `${FleetKind.name} = 'device' AND WorkflowType = 'deviceWorkflow' AND ` +
+    `TaskQueue = ${visibilityString(config.controlTaskQueue)} AND ${STOPPED} AND CloseTime > "${since}"`;
+  /** Stopped device workflows by host. */
+  const byHost = new Map<string, Set<string>>();
   for await (const wf of client.workflow.list({ query })) {
     const hostId = wf.typedSearchAttributes.get(FleetHostId);
     const deviceId = wf.typedSearchAttributes.get(FleetDeviceId);
-    if (hostId && deviceId && wf.workflowId === deviceWorkflowId(hostId, deviceId)) stopped.set(wf.workflowId, { hostId, deviceId });
+    if (!hostId || !deviceId || wf.workflowId !== deviceWorkflowId(hostId, deviceId)) continue;
+    byHost.set(hostId, (byHost.get(hostId) ?? new Set()).add(deviceId));
   }
   const restored: string[] = [];
-  const failed: Array<{ device: string; error: unknown }> = [];
-  for (const [id, { hostId, deviceId }] of stopped) {
+  const failed: Array<{ host: string; error: unknown }> = [];
+  for (const [hostId, deviceIds] of byHost) {
     try {
-      if ((await client.workflow.getHandle(id).describe()).status.name === 'RUNNING') continue;
-      const host = await client.workflow
-        .getHandle(hostWorkflowId(hostId))
-        .describe()
-        .catch((err: unknown) => {
-          if (err instanceof WorkflowNotFoundError) return undefined;
-          throw err;
-        });
-      const pool = host?.typedSearchAttributes.get(FleetPool);
-      if (!host || host.status.name !== 'RUNNING' || !pool) continue;
-      await client.workflow
-        .getHandle(hostWorkflowId(hostId))
-        .signal(republishHostSignal, { pool, reason: 'its device workflow stopped', missingDevices: [deviceId] });
-      restored.push(id);
+      const host = client.workflow.getHandle(hostWorkflowId(hostId));
+      const d = await host.describe().catch((err: unknown) => {
+        if (err instanceof WorkflowNotFoundError) return undefined;
+        throw err;
+      });
+      const pool = d?.typedSearchAttributes.get(FleetPool);
+      if (!d || d.status.name !== 'RUNNING' || !pool) continue; // a removed host: its devices retire
+      // Only devices the host has now (one it no longer reports stays gone), and not running again.
+      const has = new Set((await host.query(hostStateQuery)).devices.map((x) => x.deviceId));
+      const missing: string[] = [];
+      for (const deviceId of deviceIds) {
+        if (!has.has(deviceId)) continue;
+        const status = await client.workflow
+          .getHandle(deviceWorkflowId(hostId, deviceId))
+          .describe()
+          .then((x) => x.status.name);
+        if (status !== 'RUNNING') missing.push(deviceId);
+      }
+      if (missing.length === 0) continue;
+      await host.signal(republishHostSignal, { pool, reason: 'its device workflow stopped', missingDevices: missing });
+      restored.push(...missing.map((deviceId) => deviceWorkflowId(hostId, deviceId)));
     } catch (error) {
-      failed.push({ device: id, error });
+      failed.push({ host: hostWorkflowId(hostId), error });
     }
   }
   return { restored, failed };

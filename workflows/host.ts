@@ -254,7 +254,8 @@ export async function hostWorkflow(input: HostInput): Promise<void> {
     const missing = Array.isArray(missingDevices) ? missingDevices.filter((id) => typeof id === 'string') : [];
     for (const id of missing) {
       ensured.delete(id);
-      restoring.add(id);
+      // Only a device this host has: nothing to start for one it no longer reports.
+      if (view.devices.some((d) => d.deviceId === id)) restoring.add(id);
     }
     log.info('publishing the devices again to a pool that lost track of them', { hostId, pool, reason, missing });
     republish = true;
