@@ -41,6 +41,19 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
     ((await handle.fetchHistory()).events ?? []).some(
       (e) => e.workflowExecutionSignaledEventAttributes?.signalName === name,
     );
+  /**
+   * Submits a task whose admission stays pending (the call gives up after 1 s: 202 in REST), and
+   * waits until `run`, which no worker serves, has recorded the `signal` that would answer it.
+   */
+  const submitPending = async (fleet: Fleet, prefix: string, run: WorkflowHandle, signal: string) => {
+    const taskId = uid(prefix);
+    await assert.rejects(
+      fleet.fleet.submit({ taskId, goal: 'open settings' }, { admissionTimeoutMs: 1_000 }),
+      AdmissionPendingError,
+    );
+    await eventually(async () => (await signalled(run, signal)) || undefined, `${signal} recorded by the run nobody serves`);
+    return taskId;
+  };
   /** Terminates the pool's scheduler and starts one under its id on a queue no worker polls. */
   const replaceByRunNobodyServes = async (fleet: Fleet) => {
     const sched = fleet.client.workflow.getHandle(schedulerWorkflowId(fleet.pool));
@@ -225,12 +238,7 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
       args: [{ hostId: f.hostId('h1'), deviceId: 'd1' }],
     });
     // Its admission comes with the device's assignment (the pool gave it d1 in the same round): pending.
-    const taskId = uid('stranded');
-    await assert.rejects(
-      f.fleet.submit({ taskId, goal: 'open settings' }, { admissionTimeoutMs: 1_000 }),
-      AdmissionPendingError,
-    );
-    await eventually(async () => (await signalled(unserved, 'reserveDevice')) || undefined, 'the reservation recorded');
+    const taskId = await submitPending(f, 'stranded', unserved, 'reserveDevice');
     await unserved.terminate('test: device workflow lost');
     // Its host starts it again (as the watch or a failed reservation has it do) ...
     await f.client.workflow
@@ -379,12 +387,7 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
     // The pool's scheduler id is taken by a run no worker serves: it takes the enqueue and never answers.
     const sched = await replaceByRunNobodyServes(f);
     // The submit call gives up waiting for the answer (202 in REST): the enqueue is in the run that never answers.
-    const taskId = uid('waiting');
-    await assert.rejects(
-      f.fleet.submit({ taskId, goal: 'open settings' }, { admissionTimeoutMs: 1_000 }),
-      AdmissionPendingError,
-    );
-    await eventually(async () => (await signalled(sched, 'enqueueTask')) || undefined, 'the enqueue delivered to the run nobody serves');
+    const taskId = await submitPending(f, 'waiting', sched, 'enqueueTask');
     await sched.terminate('test: scheduler lost');
     await ensurePools(f.client, f.config);
     const done = await f.fleet.wait(taskId, { timeoutMs: 60_000 });
