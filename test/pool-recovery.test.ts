@@ -17,6 +17,7 @@ import { deviceWorkflowId, hostWorkflowId, poolRecoveryWorkflowId, schedulerWork
 import { eventually, startFleet, uid, type Fleet } from './helpers/fleet';
 import { assertNoOverlappingReservations } from './helpers/invariants';
 import { recordingRunners } from './helpers/runners';
+import { bundleFleetWorkflows } from './setup';
 
 describe('pool recovery: a scheduler or device workflow lost and started anew; nothing admitted is lost', () => {
   let f: Fleet | undefined;
@@ -143,6 +144,30 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
       [running.taskId, queued.taskId, third.taskId],
       'each task ran once',
     );
+  });
+
+  it("A batch of enqueues the new scheduler run takes but does not apply (a worker from before) is caught by the recovery's check: the task is asked itself and runs", async () => {
+    // This fleet's scheduler drops every enqueueTasks signal (test/helpers/drop-enqueue-batches.ts).
+    const dropping = await bundleFleetWorkflows([require.resolve('./helpers/drop-enqueue-batches')]);
+    f = await startFleet('recover-dropped-batch', { workflowBundle: dropping });
+    const view = await f.fleet.submit({ goal: 'open settings', constraints: { driverType: 'later' } });
+    const inQueue = async () => ((await f!.scheduler()).queue.some((q) => q.taskId === view.taskId) ? true : undefined);
+    await eventually(inQueue, 'the task queued');
+    const sched = f.client.workflow.getHandle(schedulerWorkflowId(f.pool));
+    await sched.terminate('test: scheduler lost');
+    await ensurePools(f.client, f.config);
+    const fresh = await sched.describe();
+    // The batch reaches the new run and changes nothing; the recovery sees the task missing from
+    // the scheduler's state once it stops filling (about 20 s), and asks the task to enqueue itself.
+    await eventually(inQueue, 'the task queued again in the new run', 90_000);
+    assert.ok(await signalled(sched, 'enqueueTasks'), 'the enqueue went in a batch first');
+    assert.ok(await signalled(f.client.workflow.getHandle(taskWorkflowId(view.taskId)), 'requeueTask'));
+    const recovery = f.client.workflow.getHandle(poolRecoveryWorkflowId(f.pool, fresh.runId));
+    assert.deepEqual(await recovery.result(), { tasks: 1, hosts: 0, failed: 0 });
+    await f.addHost('h1', [{ deviceId: 'd1', driverType: 'later' }]);
+    const done = await f.fleet.wait(view.taskId, { timeoutMs: 60_000 });
+    assert.equal(done.status, 'done');
+    assert.equal(done.attempts.length, 1);
   });
 
   it("A device whose workflow was terminated is started again by its host when the pool next reserves it, and the task runs there", async () => {

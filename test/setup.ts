@@ -28,6 +28,17 @@ export function workflowBundle(): WorkflowBundle {
   return bundle;
 }
 
+/** The fleet's workflows bundled as the control plane bundles them, with a test's interceptors if any. */
+export function bundleFleetWorkflows(workflowInterceptorModules: string[] = []): Promise<WorkflowBundle> {
+  return bundleWorkflowCode({
+    workflowsPath: require.resolve('../workflows'),
+    preloadModules: WORKFLOW_PRELOAD_MODULES,
+    payloadConverterPath: WORKFLOW_PAYLOAD_CONVERTER,
+    workflowInterceptorModules,
+    logger: new DefaultLogger('ERROR'),
+  });
+}
+
 export const mochaHooks = {
   async beforeAll(this: Mocha.Context) {
     this.timeout(180_000);
@@ -41,12 +52,7 @@ export const mochaHooks = {
           extraArgs: ['--log-level', 'error', ...devServerTuningArgs()],
         },
       }),
-      bundleWorkflowCode({
-        workflowsPath: require.resolve('../workflows'),
-        preloadModules: WORKFLOW_PRELOAD_MODULES,
-        payloadConverterPath: WORKFLOW_PAYLOAD_CONVERTER,
-        logger: new DefaultLogger('ERROR'),
-      }),
+      bundleFleetWorkflows(),
     ]);
   },
   async afterAll(this: Mocha.Context) {

@@ -8,6 +8,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client, type WorkflowHandle } from '@temporalio/client';
+import type { WorkflowBundle } from '@temporalio/worker';
 import { signingClientOptions } from '../../control-plane/connection';
 import { signalKeysFromEnv } from '../../control-plane/signal-auth';
 import { temporal } from '@temporalio/proto';
@@ -55,6 +56,8 @@ export interface FleetOptions {
   holdSlackMs?: number;
   poolWatchMs?: number;
   taskDefaults?: NonNullable<ControlPlaneConfigInput['taskDefaults']>;
+  /** The in-process control plane's workflow code: a bundle with a test's interceptors (default the suite's). */
+  workflowBundle?: WorkflowBundle;
 }
 
 export interface Fleet {
@@ -181,7 +184,7 @@ export async function startFleet(name: string, opts: FleetOptions = {}): Promise
       connection: env.nativeConnection,
       client,
       config,
-      workflowBundle: workflowBundle(),
+      workflowBundle: opts.workflowBundle ?? workflowBundle(),
       namespace: env.namespace ?? 'default',
     });
     running = worker.run();
