@@ -201,7 +201,8 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
      * a query and sent in batches, or, where that fails, asked of the task itself), and every
      * running host on the control queue is asked to publish its devices again (one that publishes
      * to this pool does); otherwise nobody. Signals sent twice (this activity retried) change
-     * nothing more. Returns how many of each were reached.
+     * nothing more. Returns how many of each were reached, and how many signals went through only
+     * when tried again at the end; one that never does fails the activity (its retry starts over).
      */
     async recoverPool(pool: string): Promise<{ tasks: number; hosts: number; failed: number }> {
       const ctx = Context.current();
@@ -249,8 +250,17 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
       };
       const told = new Set<string>();
       let failed = 0;
-      /** Each signal is tried a few times; one that still fails is counted, not fatal (a retry would start over). */
-      const tell = async (workflowIds: string[], send: (id: string) => Promise<void>): Promise<void> => {
+      /** The signals that failed three times, tried again at the end (`tellLate`). */
+      const late = new Map<string, (id: string) => Promise<void>>();
+      /**
+       * Each signal is tried a few times; one that still fails is counted and tried again at the
+       * end by `later` (a retry of the whole activity would start everything over).
+       */
+      const tell = async (
+        workflowIds: string[],
+        send: (id: string) => Promise<void>,
+        later: (id: string) => Promise<void> = send,
+      ): Promise<void> => {
         const fresh = workflowIds.filter((id) => !told.has(id));
         for (let i = 0; i < fresh.length; i += RECOVERY_PARALLEL) {
           await Promise.all(
@@ -263,7 +273,12 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
                   if (err instanceof WorkflowNotFoundError) return; // ended meanwhile: nothing to tell
                   if (attempt >= 3) {
                     failed++;
-                    ctx.log.warn('pool recovery: a signal failed', { pool, workflowId: id, error: String(err) });
+                    late.set(id, later);
+                    ctx.log.warn('pool recovery: a signal failed; it is tried again at the end', {
+                      pool,
+                      workflowId: id,
+                      error: String(err),
+                    });
                     return;
                   }
                   await ctx.sleep(500 * attempt);
@@ -274,6 +289,39 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
           ctx.heartbeat();
         }
       };
+      /**
+       * The signals that failed, tried again with more patience. Any that still fails fails the
+       * activity, and its retry tells everyone again: a task nobody reaches would wait for good,
+       * and what was told already changes nothing twice.
+       */
+      const tellLate = async (): Promise<void> => {
+        for (let round = 1; late.size > 0; round++) {
+          if (round > RECOVERY_LATE_ROUNDS) {
+            throw ApplicationFailure.retryable(
+              `pool recovery: ${late.size} signal(s) still failed after ${RECOVERY_LATE_ROUNDS} more rounds ` +
+                `(e.g. to ${[...late.keys()][0]}); the recovery starts over`,
+              'PoolRecoverySignalsFailed',
+            );
+          }
+          await ctx.sleep(Math.min(1_000 * 2 ** round, 10_000));
+          ctx.heartbeat();
+          const due = [...late];
+          for (let i = 0; i < due.length; i += RECOVERY_PARALLEL) {
+            await Promise.all(
+              due.slice(i, i + RECOVERY_PARALLEL).map(async ([id, send]) => {
+                try {
+                  await send(id);
+                  late.delete(id);
+                } catch (err) {
+                  if (err instanceof WorkflowNotFoundError) late.delete(id); // ended meanwhile
+                  else ctx.log.warn('pool recovery: a signal failed again', { pool, workflowId: id, error: String(err) });
+                }
+              }),
+            );
+            ctx.heartbeat();
+          }
+        }
+      };
       const p = visibilityString(pool);
       /**
        * The releases the lost run had received but not yet passed on (after its last completed
@@ -281,6 +329,7 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
        * A device applies a release only while it holds that lease, so one already applied (or one
        * the lost run did pass on) changes nothing.
        */
+      let releasesFrom: string | undefined;
       const passOnLostReleases = async (): Promise<void> => {
         let lost: { workflowId: string; runId: string; start: number } | undefined;
         const query =
@@ -291,7 +340,8 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
             lost = { workflowId: wf.workflowId, runId: wf.runId, start };
           }
         }
-        if (!lost) return;
+        if (!lost || lost.runId === releasesFrom) return;
+        releasesFrom = lost.runId;
         const releases: DeviceReleased[] = [];
         const run = client.workflow.getHandle(lost.workflowId, lost.runId);
         for (const { payloads } of await unhandledSignals(run, [taskReleasedSignal.name])) {
@@ -300,8 +350,10 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
           );
           if (r?.hostId && r.deviceId && r.leaseId) releases.push(r);
         }
+        const devices = [...new Set(releases.map((r) => deviceWorkflowId(r.hostId, r.deviceId)))];
+        for (const id of devices) told.delete(id); // a second lost run looked at: its releases too
         await tell(
-          [...new Set(releases.map((r) => deviceWorkflowId(r.hostId, r.deviceId)))],
+          devices,
           async (id) => {
             for (const r of releases.filter((x) => deviceWorkflowId(x.hostId, x.deviceId) === id)) {
               const note = { leaseId: r.leaseId, reason: r.reason, detail: r.detail, via: pool };
@@ -358,6 +410,10 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
           return undefined; // a task from a build without the query, or one no worker answers now
         }
       };
+      /** A task still waiting is asked to send its enqueue itself. */
+      const askIfWaiting = async (id: string): Promise<void> => {
+        if ((await readEnqueue(id)) !== null) await requeue(id);
+      };
       const enqueueAgain = async (id: string): Promise<void> => {
         const req = await readEnqueue(id);
         if (req === undefined) return await requeue(id);
@@ -396,15 +452,13 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
         }
         // Mostly tasks that ran meanwhile (they wait for nothing now).
         for (const id of missing) told.delete(id);
-        await tell(missing, async (id) => {
-          if ((await readEnqueue(id)) !== null) await requeue(id);
-        });
+        await tell(missing, askIfWaiting);
       };
       const pass = async (): Promise<void> => {
         const tasks = await ids(`${FleetKind.name} = 'task' AND ${FleetPool.name} = ${p} AND ${running} AND ${taskQueues}`);
         const hosts = await ids(`${FleetKind.name} = 'host' AND ${running} AND ${control}`);
         await tell(hosts, (id) => client.workflow.getHandle(id).signal(republishHostSignal, { pool, reason }));
-        await tell(tasks, enqueueAgain);
+        await tell(tasks, enqueueAgain, askIfWaiting); // late, one by one: no batch is sent after them
         await flush();
       };
       await passOnLostReleases();
@@ -415,8 +469,10 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
         await ctx.sleep(1_000);
         ctx.heartbeat();
       }
+      await passOnLostReleases(); // the lost run itself, if visibility showed an older one (or none) at first
       await pass();
       await confirmBatched();
+      await tellLate();
       const count = (prefix: string) => [...told].filter((id) => id.startsWith(prefix)).length;
       return { tasks: count(taskWorkflowId('')), hosts: count(hostWorkflowId('')), failed };
     },
@@ -535,6 +591,8 @@ const RECOVERY_CONFIRM_EVERY_MS = 5_000;
 const RECOVERY_CONFIRM_IDLE_MS = 20_000;
 /** How long `recoverPool` waits before its second look (visibility lags behind the workflows). */
 const RECOVERY_SECOND_LOOK_MS = 5_000;
+/** How many more rounds `recoverPool` gives the signals that failed (2, 4, 8, 10, 10 s apart) before it starts over. */
+const RECOVERY_LATE_ROUNDS = 5;
 
 export type ControlPlaneActivities = ReturnType<typeof createControlPlaneActivities>;
 

@@ -6,7 +6,7 @@
  * same way is started again by its host once the pool's next reservation finds it gone.
  */
 import assert from 'node:assert/strict';
-import type { WorkflowHandle } from '@temporalio/client';
+import type { WorkflowClientInterceptor, WorkflowHandle } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
 import { AdmissionPendingError } from '../control-plane/client';
 import { schedulerInput } from '../control-plane/config';
@@ -164,6 +164,39 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
     assert.ok(await signalled(f.client.workflow.getHandle(taskWorkflowId(view.taskId)), 'requeueTask'));
     const recovery = f.client.workflow.getHandle(poolRecoveryWorkflowId(f.pool, fresh.runId));
     assert.deepEqual(await recovery.result(), { tasks: 1, hosts: 0, failed: 0 });
+    await f.addHost('h1', [{ deviceId: 'd1', driverType: 'later' }]);
+    const done = await f.fleet.wait(view.taskId, { timeoutMs: 60_000 });
+    assert.equal(done.status, 'done');
+    assert.equal(done.attempts.length, 1);
+  });
+
+  it('A task whose recovery signal fails three times is asked again at the end of the recovery, and runs', async () => {
+    // The control plane's client refuses every batch of enqueues (the recovery then asks each task
+    // itself) and the first four `requeueTask` signals to each task: three tries, then a late round.
+    const refused = new Map<string, number>();
+    const refusing: WorkflowClientInterceptor = {
+      async signal(input, next) {
+        const id = input.workflowExecution.workflowId;
+        if (input.signalName === 'enqueueTasks') throw new Error('test: batch refused');
+        if (input.signalName === 'requeueTask' && (refused.get(id) ?? 0) < 4) {
+          refused.set(id, (refused.get(id) ?? 0) + 1);
+          throw new Error('test: signal refused');
+        }
+        return next(input);
+      },
+    };
+    f = await startFleet('recover-late-signal', { clientInterceptors: [refusing] });
+    const view = await f.fleet.submit({ goal: 'open settings', constraints: { driverType: 'later' } });
+    const inQueue = async () => ((await f!.scheduler()).queue.some((q) => q.taskId === view.taskId) ? true : undefined);
+    await eventually(inQueue, 'the task queued');
+    const sched = f.client.workflow.getHandle(schedulerWorkflowId(f.pool));
+    await sched.terminate('test: scheduler lost');
+    await ensurePools(f.client, f.config);
+    const fresh = await sched.describe();
+    await eventually(inQueue, 'the task queued again in the new run', 60_000);
+    assert.equal(refused.get(taskWorkflowId(view.taskId)), 4, 'four refused before the one that went through');
+    const recovery = f.client.workflow.getHandle(poolRecoveryWorkflowId(f.pool, fresh.runId));
+    assert.deepEqual(await recovery.result(), { tasks: 1, hosts: 0, failed: 1 });
     await f.addHost('h1', [{ deviceId: 'd1', driverType: 'later' }]);
     const done = await f.fleet.wait(view.taskId, { timeoutMs: 60_000 });
     assert.equal(done.status, 'done');

@@ -23,7 +23,7 @@ export async function poolRecoveryWorkflow(input: {
   const r = await recoverPool(input.pool); // a pool's first scheduler: nobody to ask (0, 0)
   setCurrentDetails(
     `pool **${input.pool}** recovered · ${r.tasks} tasks and ${r.hosts} hosts asked again` +
-      (r.failed > 0 ? ` · **${r.failed} could not be told** (see the control plane's log)` : ''),
+      (r.failed > 0 ? ` · ${r.failed} signals went through only when tried again (see the control plane's log)` : ''),
   );
   return r;
 }

@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Client, type WorkflowHandle } from '@temporalio/client';
+import { Client, type WorkflowClientInterceptor, type WorkflowHandle } from '@temporalio/client';
 import type { WorkflowBundle } from '@temporalio/worker';
 import { signingClientOptions } from '../../control-plane/connection';
 import { signalKeysFromEnv } from '../../control-plane/signal-auth';
@@ -58,6 +58,8 @@ export interface FleetOptions {
   taskDefaults?: NonNullable<ControlPlaneConfigInput['taskDefaults']>;
   /** The in-process control plane's workflow code: a bundle with a test's interceptors (default the suite's). */
   workflowBundle?: WorkflowBundle;
+  /** Interceptors of the control plane's client (its activities' and the fleet client's), before its own. */
+  clientInterceptors?: WorkflowClientInterceptor[];
 }
 
 export interface Fleet {
@@ -160,10 +162,12 @@ export async function startFleet(name: string, opts: FleetOptions = {}): Promise
   });
   // A control-plane client: it tags its signals with the fleet's key (env.client, without, is a
   // stranger to the workflows: what a host's credential would be).
+  const signing = signingClientOptions(signalKeysFromEnv());
   const client = new Client({
     connection: env.connection,
     namespace: env.namespace ?? 'default',
-    ...signingClientOptions(signalKeysFromEnv()),
+    ...signing,
+    interceptors: { workflow: [...(opts.clientInterceptors ?? []), ...signing.interceptors.workflow] },
   });
   const fleet = new FleetClient(client, config);
   const hosts: HostAgent[] = [];
