@@ -28,6 +28,11 @@ export interface RestOptions {
    * 202 with the task queued and not yet admitted (no control plane running, say).
    */
   admissionTimeoutMs?: number;
+  /**
+   * How long a read of a task waits for a control-plane worker to answer with its live view
+   * before it answers with the task as recorded, marked `incomplete` (default 8 s).
+   */
+  liveViewTimeoutMs?: number;
   /** Signs list cursors; share it between replicas (default: random per process). */
   cursorKey?: Buffer;
   log?: (message: string, meta: Record<string, unknown>) => void;

@@ -650,7 +650,9 @@ describe('REST: with no control-plane worker running', () => {
 
   it('GET shows the task as recorded (status, request, result) and says it is incomplete; a cancel is taken and applied once a worker runs', async function () {
     this.timeout(120_000);
-    const call = (method: 'get' | 'post', path: string) => callAs(rf.app, 'alice', method, path);
+    // Each read waits this long for a worker first (8 s by default).
+    const reads = rf.appWith(rf.f.fleet, { liveViewTimeoutMs: 1_500 });
+    const call = (method: 'get' | 'post', path: string) => callAs(reads, 'alice', method, path);
     const done = await rf.f.fleet.submit({ goal: 'quick [sim duration=50]', owner: 'alice' });
     assert.equal((await rf.f.fleet.wait(done.taskId, { timeoutMs: 30_000 })).status, 'done');
     const running = (await call('post', '/v1/tasks').send({ goal: 'long [sim outcome=hang]' })).body.taskId as string;
@@ -671,7 +673,7 @@ describe('REST: with no control-plane worker running', () => {
     assertProblem(await call('get', `/v1/tasks/${uid('nobody')}`), 404, 'not-found');
     // Another owner's task stays another owner's.
     assertProblem(
-      await request(rf.app)
+      await request(reads)
         .get(`/v1/tasks/${running}`)
         .set(...auth('bob')),
       403,
@@ -679,7 +681,7 @@ describe('REST: with no control-plane worker running', () => {
     );
 
     // The event stream reads like GET: the task as recorded, and it keeps going until a worker runs.
-    const server: Server = rf.app.listen(0);
+    const server: Server = reads.listen(0);
     const stream = openStream(server, running);
     await stream.gotTask;
 
@@ -689,7 +691,7 @@ describe('REST: with no control-plane worker running', () => {
     assertProblem(await call('post', `/v1/tasks/${done.taskId}/cancel`), 409, 'task-ended');
 
     // A submit is started and kept: 202 after the admission timeout, admitted once a worker runs.
-    const app = rf.appWith(rf.f.fleet, { admissionTimeoutMs: 2_000 });
+    const app = rf.appWith(rf.f.fleet, { admissionTimeoutMs: 2_000, liveViewTimeoutMs: 1_500 });
     const pending = await callAs(app, 'alice', 'post', '/v1/tasks').send({
       taskId: uid('later'),
       goal: 'later [sim duration=50]',

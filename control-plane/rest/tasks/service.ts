@@ -37,7 +37,7 @@ export function mergePolicy(defaults: ControlPlaneConfig['taskDefaults'], o: Pol
 
 /** The live view, or the recorded one when no control-plane worker answers (FleetClient.find). */
 export function findTask(deps: RestDeps, taskId: string): Promise<TaskView | undefined> {
-  return deps.fleet.find(taskId, { liveTimeoutMs: LIVE_VIEW_TIMEOUT_MS });
+  return deps.fleet.find(taskId, { liveTimeoutMs: deps.options?.liveViewTimeoutMs ?? LIVE_VIEW_TIMEOUT_MS });
 }
 
 export async function getTaskFor(deps: RestDeps, p: Principal, taskId: string): Promise<TaskView> {
