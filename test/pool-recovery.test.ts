@@ -55,6 +55,28 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
     await eventually(async () => (await signalled(run, signal)) || undefined, `${signal} recorded by the run nobody serves`);
     return taskId;
   };
+  /**
+   * A task queued (no device matches it yet), then the pool's scheduler terminated and started
+   * anew: the task, whether the scheduler holds it queued, and the new run's recovery.
+   */
+  const queuedThenSchedulerLost = async (fleet: Fleet) => {
+    const view = await fleet.fleet.submit({ goal: 'open settings', constraints: { driverType: 'later' } });
+    const inQueue = async () => ((await fleet.scheduler()).queue.some((q) => q.taskId === view.taskId) ? true : undefined);
+    await eventually(inQueue, 'the task queued');
+    const sched = fleet.client.workflow.getHandle(schedulerWorkflowId(fleet.pool));
+    await sched.terminate('test: scheduler lost');
+    await ensurePools(fleet.client, fleet.config);
+    const fresh = await sched.describe();
+    const recovery = fleet.client.workflow.getHandle(poolRecoveryWorkflowId(fleet.pool, fresh.runId));
+    return { view, inQueue, sched, recovery };
+  };
+  /** A device for the task comes, and the task runs there on its first attempt. */
+  const runsOnceOnNewDevice = async (fleet: Fleet, taskId: string) => {
+    await fleet.addHost('h1', [{ deviceId: 'd1', driverType: 'later' }]);
+    const done = await fleet.fleet.wait(taskId, { timeoutMs: 60_000 });
+    assert.equal(done.status, 'done');
+    assert.equal(done.attempts.length, 1);
+  };
   /** Terminates the pool's scheduler and starts one under its id on a queue no worker polls. */
   const replaceByRunNobodyServes = async (fleet: Fleet) => {
     const sched = fleet.client.workflow.getHandle(schedulerWorkflowId(fleet.pool));
@@ -150,24 +172,14 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
     // This fleet's scheduler drops every enqueueTasks signal (test/helpers/drop-enqueue-batches.ts).
     const dropping = await bundleFleetWorkflows([require.resolve('./helpers/drop-enqueue-batches')]);
     f = await startFleet('recover-dropped-batch', { workflowBundle: dropping });
-    const view = await f.fleet.submit({ goal: 'open settings', constraints: { driverType: 'later' } });
-    const inQueue = async () => ((await f!.scheduler()).queue.some((q) => q.taskId === view.taskId) ? true : undefined);
-    await eventually(inQueue, 'the task queued');
-    const sched = f.client.workflow.getHandle(schedulerWorkflowId(f.pool));
-    await sched.terminate('test: scheduler lost');
-    await ensurePools(f.client, f.config);
-    const fresh = await sched.describe();
+    const { view, inQueue, sched, recovery } = await queuedThenSchedulerLost(f);
     // The batch reaches the new run and changes nothing; the recovery sees the task missing from
     // the scheduler's state once it stops filling (about 20 s), and asks the task to enqueue itself.
     await eventually(inQueue, 'the task queued again in the new run', 90_000);
     assert.ok(await signalled(sched, 'enqueueTasks'), 'the enqueue went in a batch first');
     assert.ok(await signalled(f.client.workflow.getHandle(taskWorkflowId(view.taskId)), 'requeueTask'));
-    const recovery = f.client.workflow.getHandle(poolRecoveryWorkflowId(f.pool, fresh.runId));
     assert.deepEqual(await recovery.result(), { tasks: 1, hosts: 0, failed: 0 });
-    await f.addHost('h1', [{ deviceId: 'd1', driverType: 'later' }]);
-    const done = await f.fleet.wait(view.taskId, { timeoutMs: 60_000 });
-    assert.equal(done.status, 'done');
-    assert.equal(done.attempts.length, 1);
+    await runsOnceOnNewDevice(f, view.taskId);
   });
 
   it('A task whose recovery signal fails three times is asked again at the end of the recovery, and runs', async () => {
@@ -186,21 +198,11 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
       },
     };
     f = await startFleet('recover-late-signal', { clientInterceptors: [refusing] });
-    const view = await f.fleet.submit({ goal: 'open settings', constraints: { driverType: 'later' } });
-    const inQueue = async () => ((await f!.scheduler()).queue.some((q) => q.taskId === view.taskId) ? true : undefined);
-    await eventually(inQueue, 'the task queued');
-    const sched = f.client.workflow.getHandle(schedulerWorkflowId(f.pool));
-    await sched.terminate('test: scheduler lost');
-    await ensurePools(f.client, f.config);
-    const fresh = await sched.describe();
+    const { view, inQueue, recovery } = await queuedThenSchedulerLost(f);
     await eventually(inQueue, 'the task queued again in the new run', 60_000);
     assert.equal(refused.get(taskWorkflowId(view.taskId)), 4, 'four refused before the one that went through');
-    const recovery = f.client.workflow.getHandle(poolRecoveryWorkflowId(f.pool, fresh.runId));
     assert.deepEqual(await recovery.result(), { tasks: 1, hosts: 0, failed: 1 });
-    await f.addHost('h1', [{ deviceId: 'd1', driverType: 'later' }]);
-    const done = await f.fleet.wait(view.taskId, { timeoutMs: 60_000 });
-    assert.equal(done.status, 'done');
-    assert.equal(done.attempts.length, 1);
+    await runsOnceOnNewDevice(f, view.taskId);
   });
 
   it("A device whose workflow was terminated is started again by its host when the pool next reserves it, and the task runs there", async () => {
