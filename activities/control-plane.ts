@@ -250,6 +250,13 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
       };
       const told = new Set<string>();
       let failed = 0;
+      /** `fn` for each item, RECOVERY_PARALLEL at a time, with a heartbeat after each lot. */
+      const inLots = async <T>(items: T[], fn: (item: T) => Promise<void>): Promise<void> => {
+        for (let i = 0; i < items.length; i += RECOVERY_PARALLEL) {
+          await Promise.all(items.slice(i, i + RECOVERY_PARALLEL).map(fn));
+          ctx.heartbeat();
+        }
+      };
       /** The signals that failed three times, tried again at the end (`tellLate`). */
       const late = new Map<string, (id: string) => Promise<void>>();
       /**
@@ -261,33 +268,30 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
         send: (id: string) => Promise<void>,
         later: (id: string) => Promise<void> = send,
       ): Promise<void> => {
-        const fresh = workflowIds.filter((id) => !told.has(id));
-        for (let i = 0; i < fresh.length; i += RECOVERY_PARALLEL) {
-          await Promise.all(
-            fresh.slice(i, i + RECOVERY_PARALLEL).map(async (id) => {
-              told.add(id);
-              for (let attempt = 1; ; attempt++) {
-                try {
-                  return await send(id);
-                } catch (err) {
-                  if (err instanceof WorkflowNotFoundError) return; // ended meanwhile: nothing to tell
-                  if (attempt >= 3) {
-                    failed++;
-                    late.set(id, later);
-                    ctx.log.warn('pool recovery: a signal failed; it is tried again at the end', {
-                      pool,
-                      workflowId: id,
-                      error: String(err),
-                    });
-                    return;
-                  }
-                  await ctx.sleep(500 * attempt);
+        await inLots(
+          workflowIds.filter((id) => !told.has(id)),
+          async (id) => {
+            told.add(id);
+            for (let attempt = 1; ; attempt++) {
+              try {
+                return await send(id);
+              } catch (err) {
+                if (err instanceof WorkflowNotFoundError) return; // ended meanwhile: nothing to tell
+                if (attempt >= 3) {
+                  failed++;
+                  late.set(id, later);
+                  ctx.log.warn('pool recovery: a signal failed; it is tried again at the end', {
+                    pool,
+                    workflowId: id,
+                    error: String(err),
+                  });
+                  return;
                 }
+                await ctx.sleep(500 * attempt);
               }
-            }),
-          );
-          ctx.heartbeat();
-        }
+            }
+          },
+        );
       };
       /**
        * The signals that failed, tried again with more patience. Any that still fails fails the
@@ -305,21 +309,15 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
           }
           await ctx.sleep(Math.min(1_000 * 2 ** round, 10_000));
           ctx.heartbeat();
-          const due = [...late];
-          for (let i = 0; i < due.length; i += RECOVERY_PARALLEL) {
-            await Promise.all(
-              due.slice(i, i + RECOVERY_PARALLEL).map(async ([id, send]) => {
-                try {
-                  await send(id);
-                  late.delete(id);
-                } catch (err) {
-                  if (err instanceof WorkflowNotFoundError) late.delete(id); // ended meanwhile
-                  else ctx.log.warn('pool recovery: a signal failed again', { pool, workflowId: id, error: String(err) });
-                }
-              }),
-            );
-            ctx.heartbeat();
-          }
+          await inLots([...late], async ([id, send]) => {
+            try {
+              await send(id);
+              late.delete(id);
+            } catch (err) {
+              if (err instanceof WorkflowNotFoundError) late.delete(id); // ended meanwhile
+              else ctx.log.warn('pool recovery: a signal failed again', { pool, workflowId: id, error: String(err) });
+            }
+          });
         }
       };
       const p = visibilityString(pool);
