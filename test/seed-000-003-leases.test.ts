@@ -630,7 +630,9 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
       await f.stop();
       f = undefined;
       await workerConnection.close().catch(() => undefined);
-      await clientConnection.close().catch(() => undefined);
+      // clientConnection is left open: a call h1's client retries after the partition may still
+      // wait out its backoff, and its retry on a closed channel throws from a timer, failing
+      // whichever test runs then ("Channel has been shut down"). With the proxy gone, it fails.
       await proxy.close();
     }
   });
