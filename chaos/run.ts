@@ -315,20 +315,23 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
               return { ...old, sig: sign(own, SignDomain.Report, old) }; // a superseded attempt, correctly signed
             })(),
           ];
+          // Rejections count only once all three have a verdict: if one is not delivered (the
+          // server restarting, or the task ended meanwhile) the fault is injected again, on a
+          // task running then, and the three are counted there. An acceptance counts at once.
+          let rejected = 0;
           for (const r of forged) {
-            report.forgedReportsSent++;
             try {
               await stack.client.workflow
                 .getHandle(taskWorkflowId(v.taskId))
                 .executeUpdate(reportAttemptUpdate, { args: [r] });
+              report.forgedReportsSent++;
               report.forgedReportsAccepted++;
             } catch (err) {
-              if (!(err instanceof WorkflowUpdateFailedError)) {
-                report.forgedReportsSent--; // not delivered: not a verdict
-                throw err;
-              }
+              if (!(err instanceof WorkflowUpdateFailedError)) throw err; // not delivered: not a verdict
+              rejected++;
             }
           }
+          report.forgedReportsSent += rejected;
           return `3 forged/replayed reports at ${v.taskId}`;
         }
         case 'rest-fuzz': {
