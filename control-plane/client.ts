@@ -47,7 +47,13 @@ import {
   type TaskView,
 } from '../workflows/types';
 import { requestDifferences, type TaskRequest } from './requests';
-import { initialTaskView, MAX_ATTEMPTS_LIMIT, MAX_TIMER_MESSAGE, MAX_TIMER_MS } from '../workflows/policy';
+import {
+  initialTaskView,
+  MAX_ATTEMPTS_LIMIT,
+  MAX_TIMER_MESSAGE,
+  MAX_TIMER_MS,
+  MIN_RESERVATION_GRACE_MS,
+} from '../workflows/policy';
 import { taskWorkflowQueue, type ControlPlaneConfig } from './config';
 import { recordsPatch, signalTagFor } from './signal-auth';
 import { SIGNAL_AUTH_PATCH, SIGNAL_NAMES_PATCH } from '../workflows/authenticity';
@@ -134,6 +140,7 @@ export const TaskPolicyOverrideSchema = z.strictObject({
   leaseTimeoutMs: z.number().int().positive().optional(),
   executionTimeoutMs: z.number().int().positive().optional(),
   maxQueueWaitMs: z.number().int().positive().optional(),
+  reservationGraceMs: z.number().int().min(MIN_RESERVATION_GRACE_MS).optional(),
 });
 const StepSchema = z.strictObject({
   name: z.string().min(1).max(200),

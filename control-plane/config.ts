@@ -12,7 +12,7 @@ import {
   isValidId,
   schedulerWorkflowId,
 } from '../workflows/ids';
-import { DEFAULT_POLICY, MAX_ATTEMPTS_LIMIT } from '../workflows/policy';
+import { DEFAULT_POLICY, MAX_ATTEMPTS_LIMIT, MIN_RESERVATION_GRACE_MS } from '../workflows/policy';
 import { hasStrategy, strategyNames } from '../workflows/strategies';
 import type { SchedulerInput } from '../workflows/scheduler';
 
@@ -56,6 +56,8 @@ export const TaskPolicySchema = z.strictObject({
   executionTimeoutMs: z.number().int().positive().default(DEFAULT_POLICY.executionTimeoutMs),
   /** No default: a task waits for a device as long as it takes unless told otherwise. */
   maxQueueWaitMs: z.number().int().positive().optional(),
+  /** No default here: absent, the task holds with RESERVATION_GRACE_MS (its input as before). */
+  reservationGraceMs: z.number().int().min(MIN_RESERVATION_GRACE_MS).optional(),
 });
 
 /** Strict at every level: a misspelt key is an error, not a silently ignored setting. */

@@ -83,10 +83,11 @@ describe('durability', () => {
     assert.equal(reservations, 13);
   });
   it('A task terminated while holding a device: the hold expires at its deadline, never before, and the queue moves on', async function () {
-    this.timeout(240_000); // the hold is 64 s long by construction
-    // Hold = ack 1 s + execution 3 s + 60 s grace; the scheduler sweeps every 2 s, 1 s past the deadline.
+    this.timeout(120_000);
+    // Hold = ack 1 s + execution 3 s + 10 s grace (the least; 60 s by default); the scheduler
+    // sweeps every 2 s, 1 s past the deadline.
     f = await startFleet('hold-expiry', {
-      taskDefaults: { ...FAST_POLICY, ackTimeoutMs: 1_000, executionTimeoutMs: 3_000 },
+      taskDefaults: { ...FAST_POLICY, ackTimeoutMs: 1_000, executionTimeoutMs: 3_000, reservationGraceMs: 10_000 },
       holdSweepMs: 2_000,
       holdSlackMs: 1_000,
     });
@@ -100,6 +101,7 @@ describe('durability', () => {
     const dev = f.client.workflow.getHandle(deviceWorkflowId(f.hostId('h1'), 'd1'));
     const held = (await dev.query(deviceStateQuery)).current!;
     assert.equal(held.taskId, holder.taskId);
+    assert.equal(held.expiresAt - held.reservedAt, 14_000, 'held for ack + execution + the policy grace');
     await sleep(5_000);
     assert.equal((await f.fleet.get(next.taskId)).status, 'queued', 'the device is not freed before its deadline');
     const done = await f.fleet.wait(next.taskId);

@@ -3,7 +3,13 @@ import assert from 'node:assert/strict';
 import { ActivityFailure, ApplicationFailure, TimeoutFailure } from '@temporalio/common';
 import { parseControlPlaneConfig } from '../control-plane/config';
 import { mergePolicy } from '../control-plane/rest/tasks/service';
-import { backoffDelayMs, DEFAULT_POLICY, retryDelayMs, validateTaskInput } from '../workflows/policy';
+import {
+  backoffDelayMs,
+  DEFAULT_POLICY,
+  reservationHoldMs,
+  retryDelayMs,
+  validateTaskInput,
+} from '../workflows/policy';
 import {
   constraintInterner,
   getStrategy,
@@ -274,6 +280,44 @@ describe('policy and classification (pure)', () => {
     assert.equal('maxQueueWaitMs' in mergePolicy(defaults, {}), false);
     assert.equal(mergePolicy(defaults, { maxQueueWaitMs: 7 }).maxQueueWaitMs, 7);
     assert.equal(mergePolicy({ ...defaults, maxQueueWaitMs: 9 }, {}).maxQueueWaitMs, 9);
+  });
+
+  it('reservationGraceMs: the hold is ack + execution + the grace (60 s unless set, at least 10 s), from the request or taskDefaults', () => {
+    const good = {
+      taskId: 't1',
+      pool: 'p',
+      work: { kind: 'goal', goal: 'g' },
+      constraints: { tags: [] },
+      priority: 0,
+    };
+    const p = { ...DEFAULT_POLICY, ackTimeoutMs: 1_000, executionTimeoutMs: 3_000 };
+    assert.equal(reservationHoldMs(p), 64_000);
+    assert.equal(reservationHoldMs({ ...p, reservationGraceMs: 10_000 }), 14_000);
+    // A task a control plane from before the setting started replays with the default grace.
+    assert.equal(reservationHoldMs({ ...p, reservationGraceMs: 10_000 }, false), 64_000);
+    for (const bad of [0, 9_999, 10_000.5, -1]) {
+      assert.deepEqual(
+        validateTaskInput({ ...good, policy: { ...DEFAULT_POLICY, reservationGraceMs: bad } } as TaskInput),
+        ['policy.reservationGraceMs: must be an integer of at least 10000 when given'],
+        String(bad),
+      );
+    }
+    assert.deepEqual(
+      validateTaskInput({ ...good, policy: { ...DEFAULT_POLICY, reservationGraceMs: 10_000 } } as TaskInput),
+      [],
+    );
+    const defaults = parseControlPlaneConfig({}).taskDefaults;
+    assert.equal('reservationGraceMs' in mergePolicy(defaults, {}), false);
+    assert.equal(mergePolicy(defaults, { reservationGraceMs: 20_000 }).reservationGraceMs, 20_000);
+    assert.equal(
+      mergePolicy(parseControlPlaneConfig({ taskDefaults: { reservationGraceMs: 15_000 } }).taskDefaults, {})
+        .reservationGraceMs,
+      15_000,
+    );
+    assert.throws(
+      () => parseControlPlaneConfig({ taskDefaults: { reservationGraceMs: 5_000 } }),
+      /reservationGraceMs/,
+    );
   });
 
   it('classifies activity failures into retryable/terminal and dispatch/lease classes', () => {

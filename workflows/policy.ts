@@ -12,8 +12,13 @@ export const DEFAULT_POLICY: TaskPolicy = {
   executionTimeoutMs: 60 * 60_000,
 };
 
-/** Extra time a device stays reserved past the attempt's own deadlines before it frees itself. */
+/**
+ * Extra time a device stays reserved past the attempt's own deadlines before it frees itself, when
+ * the policy does not set reservationGraceMs.
+ */
 export const RESERVATION_GRACE_MS = 60_000;
+/** The least reservationGraceMs a policy may set: twice RESERVATION_SAFETY_MS. */
+export const MIN_RESERVATION_GRACE_MS = 10_000;
 /** An attempt must end at least this long before its device's hold deadline. */
 export const RESERVATION_SAFETY_MS = 5_000;
 /** Progress reports a task accepts in all (the rest stay in heartbeat details): bounds its history. */
@@ -28,8 +33,13 @@ export const MAX_ATTEMPTS_LIMIT = 100;
 export const MAX_TIMER_MS = 2_147_483_647;
 export const MAX_TIMER_MESSAGE = `at most ${MAX_TIMER_MS} ms (2^31 - 1, about 24.8 days): Node fires a longer timer at once`;
 
-export function reservationHoldMs(policy: TaskPolicy): number {
-  return policy.ackTimeoutMs + policy.executionTimeoutMs + RESERVATION_GRACE_MS;
+/**
+ * How long a device stays reserved for one attempt unless released. `useGrace` false holds to the
+ * default grace (a task a control plane from before reservationGraceMs started replays with it).
+ */
+export function reservationHoldMs(policy: TaskPolicy, useGrace = true): number {
+  const grace = useGrace ? (policy.reservationGraceMs ?? RESERVATION_GRACE_MS) : RESERVATION_GRACE_MS;
+  return policy.ackTimeoutMs + policy.executionTimeoutMs + grace;
 }
 
 /**
@@ -96,6 +106,12 @@ export function validateTaskInput(input: TaskInput): string[] {
     }
     if (p.maxQueueWaitMs !== undefined && !positiveInt(p.maxQueueWaitMs)) {
       problems.push('policy.maxQueueWaitMs: must be a positive integer when given');
+    }
+    if (
+      p.reservationGraceMs !== undefined &&
+      !(positiveInt(p.reservationGraceMs) && p.reservationGraceMs >= MIN_RESERVATION_GRACE_MS)
+    ) {
+      problems.push(`policy.reservationGraceMs: must be an integer of at least ${MIN_RESERVATION_GRACE_MS} when given`);
     }
     // The clients refuse more too; this holds for a task started around them, so its history stays bounded.
     if (positiveInt(p.maxAttempts) && p.maxAttempts > MAX_ATTEMPTS_LIMIT) {

@@ -212,7 +212,14 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
   const problems = validateTaskInput(input);
   publish(state);
   const scheduler = getExternalWorkflowHandle(schedulerWorkflowId(input.pool));
-  const holdMs = problems.length === 0 ? reservationHoldMs(input.policy) : 0;
+  // Patched: a task a control plane from before reservationGraceMs started holds with the default grace.
+  const holdMs =
+    problems.length === 0
+      ? reservationHoldMs(
+          input.policy,
+          input.policy.reservationGraceMs !== undefined && patched('task-reservation-grace-v1'),
+        )
+      : 0;
   const enqueueRequest = (attempt: number, first: boolean): EnqueueRequest => {
     const req: EnqueueRequest = {
       taskId: input.taskId,

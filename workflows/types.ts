@@ -82,6 +82,12 @@ export interface TaskPolicy {
    * Absent: it waits as long as it takes (a device may come back or join later).
    */
   maxQueueWaitMs?: number;
+  /**
+   * How long a device stays reserved past the attempt's ack deadline and execution timeout when
+   * nobody releases it (its task terminated, say); then the device frees itself. Absent:
+   * RESERVATION_GRACE_MS (60 s). At least MIN_RESERVATION_GRACE_MS (10 s).
+   */
+  reservationGraceMs?: number;
 }
 
 export interface TaskInput {

@@ -315,10 +315,10 @@ describe('REST: tasks', () => {
       ],
       [() => post('alice', { taskId: unused[1], goal: 'x', owner: 'mallory' }), 400, 'validation', ['body:(root)']],
       [
-        () => post('alice', { taskId: unused[2], goal: 'x', policy: { maxAttempts: 0 } }),
+        () => post('alice', { taskId: unused[2], goal: 'x', policy: { maxAttempts: 0, reservationGraceMs: 5_000 } }),
         400,
         'validation',
-        ['body:policy.maxAttempts'],
+        ['body:policy.maxAttempts', 'body:policy.reservationGraceMs'],
       ],
       [() => post('alice', { taskId: unused[3], definition: 'not an id!' }), 400, 'validation', ['body:definition']],
       [() => post('alice', { taskId: unused[6], goal: 'x', pool: 'no-such-pool' }), 400, 'task-rejected'],

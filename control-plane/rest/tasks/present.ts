@@ -53,6 +53,7 @@ export function presentTask(v: TaskView, queue?: QueueInfo): TaskResource {
       leaseTimeoutMs: v.policy.leaseTimeoutMs,
       executionTimeoutMs: v.policy.executionTimeoutMs,
       ...(v.policy.maxQueueWaitMs !== undefined ? { maxQueueWaitMs: v.policy.maxQueueWaitMs } : {}),
+      ...(v.policy.reservationGraceMs !== undefined ? { reservationGraceMs: v.policy.reservationGraceMs } : {}),
     },
     submittedAt: iso(v.submittedAt)!,
     attempts: v.attempts.map(presentAttempt),

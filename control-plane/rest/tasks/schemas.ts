@@ -127,6 +127,7 @@ export const TaskResourceSchema = z.object({
     leaseTimeoutMs: z.number(),
     executionTimeoutMs: z.number(),
     maxQueueWaitMs: z.number().optional(),
+    reservationGraceMs: z.number().optional(),
   }),
   submittedAt: TimestampSchema,
   attempts: z.array(AttemptResourceSchema),

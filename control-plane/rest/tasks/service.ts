@@ -32,6 +32,9 @@ export function mergePolicy(defaults: ControlPlaneConfig['taskDefaults'], o: Pol
     ...(o.maxQueueWaitMs !== undefined || defaults.maxQueueWaitMs !== undefined
       ? { maxQueueWaitMs: o.maxQueueWaitMs ?? defaults.maxQueueWaitMs }
       : {}),
+    ...(o.reservationGraceMs !== undefined || defaults.reservationGraceMs !== undefined
+      ? { reservationGraceMs: o.reservationGraceMs ?? defaults.reservationGraceMs }
+      : {}),
   };
 }
 
