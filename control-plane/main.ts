@@ -59,7 +59,8 @@ async function main(): Promise<void> {
   let stopping = false;
   // A pool that cannot be started or configured (the namespace lacks the search attributes, its
   // scheduler is stuck) must not keep the worker from serving every other workflow: said at error,
-  // and tried again in the background until it works.
+  // and tried again in the background until it works (5 s, then twice as long each time, at most
+  // poolWatchMs: once the namespace is fixed, the pools start within poolWatchMs).
   const poolsReady = await ensurePools(client, config).then(
     () => true,
     (err: unknown) => {
@@ -76,7 +77,8 @@ async function main(): Promise<void> {
   });
   if (!poolsReady) {
     void (async () => {
-      for (let delayMs = 5_000; !stopping; delayMs = Math.min(delayMs * 2, 60_000)) {
+      const next = (ms: number) => Math.min(ms, config.poolWatchMs);
+      for (let delayMs = next(5_000); !stopping; delayMs = next(delayMs * 2)) {
         await new Promise((r) => setTimeout(r, delayMs).unref());
         if (stopping) return;
         try {
@@ -84,7 +86,7 @@ async function main(): Promise<void> {
           log.info('pools started and configured', { pools: Object.keys(config.pools) });
           return;
         } catch (err) {
-          log.error('could not start or configure the pools; trying again', { error: err, nextInMs: delayMs * 2 });
+          log.error('could not start or configure the pools; trying again', { error: err, nextInMs: next(delayMs * 2) });
         }
       }
     })();

@@ -116,6 +116,7 @@ describe('control-plane workers', () => {
     );
     const config = parseControlPlaneConfig({
       controlTaskQueue: uid('cp-nosa'),
+      poolWatchMs: 2_000, // the pools are tried again at most this far apart (30 s by default)
       defaultPool: 'lab',
       pools: { lab: { strategy: 'fifo_match', maxQueueDepth: 10, agingMs: 60_000 } },
     });
