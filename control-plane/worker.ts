@@ -105,14 +105,18 @@ export async function createControlPlaneWorker(opts: ControlPlaneWorkerOptions):
     });
   // Every workflow type is registered on both: the long-lived worker still serves task workflows
   // started on its queue by a control plane from before the split.
-  const longLived = await make(opts.config.controlTaskQueue, opts.config.maxCachedWorkflows);
-  let tasks: Worker;
-  try {
-    tasks = await make(taskWorkflowQueue(opts.config), opts.config.maxCachedTasks);
-  } catch (err) {
-    await longLived.runUntil(Promise.resolve()).catch(() => undefined); // releases its native worker
-    throw err;
+  // Created side by side (each loads the bundle into its own workflow thread).
+  const made = await Promise.allSettled([
+    make(opts.config.controlTaskQueue, opts.config.maxCachedWorkflows),
+    make(taskWorkflowQueue(opts.config), opts.config.maxCachedTasks),
+  ]);
+  if (made[0].status === 'rejected' || made[1].status === 'rejected') {
+    for (const m of made) {
+      if (m.status === 'fulfilled') await m.value.runUntil(Promise.resolve()).catch(() => undefined); // releases its native worker
+    }
+    throw made[0].status === 'rejected' ? made[0].reason : (made[1] as PromiseRejectedResult).reason;
   }
+  const [longLived, tasks] = [made[0].value, made[1].value];
   const both = [longLived, tasks];
   let stopped = false;
   const shutdown = () => {
