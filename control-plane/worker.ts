@@ -110,13 +110,14 @@ export async function createControlPlaneWorker(opts: ControlPlaneWorkerOptions):
     make(opts.config.controlTaskQueue, opts.config.maxCachedWorkflows),
     make(taskWorkflowQueue(opts.config), opts.config.maxCachedTasks),
   ]);
-  if (made[0].status === 'rejected' || made[1].status === 'rejected') {
+  const failed = made.find((m): m is PromiseRejectedResult => m.status === 'rejected');
+  if (failed) {
     for (const m of made) {
       if (m.status === 'fulfilled') await m.value.runUntil(Promise.resolve()).catch(() => undefined); // releases its native worker
     }
-    throw made[0].status === 'rejected' ? made[0].reason : (made[1] as PromiseRejectedResult).reason;
+    throw failed.reason;
   }
-  const [longLived, tasks] = [made[0].value, made[1].value];
+  const [longLived, tasks] = made.map((m) => (m as PromiseFulfilledResult<Worker>).value);
   const both = [longLived, tasks];
   let stopped = false;
   const shutdown = () => {

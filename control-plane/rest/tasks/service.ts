@@ -18,6 +18,11 @@ import { isTerminal, type PolicyOverride, type SubmitTaskBody, type TaskResource
 /** The full policy: the client's partial schema then has nothing left to fill with its own defaults. */
 export function mergePolicy(defaults: ControlPlaneConfig['taskDefaults'], o: PolicyOverride): TaskPolicy {
   const pick = <T>(v: T | undefined, d: T): T => (v === undefined ? d : v);
+  /** A setting without a default: the request's, else taskDefaults', else left out. */
+  const optional = <K extends 'maxQueueWaitMs' | 'reservationGraceMs'>(k: K) => {
+    const v = o[k] ?? defaults[k];
+    return v === undefined ? {} : { [k]: v };
+  };
   return {
     maxAttempts: pick(o.maxAttempts, defaults.maxAttempts),
     maxDispatchFailures: pick(o.maxDispatchFailures, defaults.maxDispatchFailures),
@@ -29,12 +34,8 @@ export function mergePolicy(defaults: ControlPlaneConfig['taskDefaults'], o: Pol
     ackTimeoutMs: pick(o.ackTimeoutMs, defaults.ackTimeoutMs),
     leaseTimeoutMs: pick(o.leaseTimeoutMs, defaults.leaseTimeoutMs),
     executionTimeoutMs: pick(o.executionTimeoutMs, defaults.executionTimeoutMs),
-    ...(o.maxQueueWaitMs !== undefined || defaults.maxQueueWaitMs !== undefined
-      ? { maxQueueWaitMs: o.maxQueueWaitMs ?? defaults.maxQueueWaitMs }
-      : {}),
-    ...(o.reservationGraceMs !== undefined || defaults.reservationGraceMs !== undefined
-      ? { reservationGraceMs: o.reservationGraceMs ?? defaults.reservationGraceMs }
-      : {}),
+    ...optional('maxQueueWaitMs'),
+    ...optional('reservationGraceMs'),
   };
 }
 
