@@ -4,7 +4,7 @@
  * and host-agent processes with their own credentials. Loopback only.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { Client, Connection } from '@temporalio/client';
@@ -33,6 +33,35 @@ export async function freePort(): Promise<number> {
       s.close(() => resolve(port));
     });
   });
+}
+
+function canListen(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = createServer();
+    s.once('error', () => resolve(false));
+    s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
+  });
+}
+
+/**
+ * A free port below the kernel's ephemeral range, so no outgoing connection and no listen(0) of
+ * another process can take it while the server is down between restarts (a port from listen(0) is
+ * in that range: CI once lost the dev server's HTTP port that way). Falls back to listen(0) where
+ * the range starts too low to leave room.
+ */
+export async function stablePort(): Promise<number> {
+  let low = 32768;
+  try {
+    low = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]) || low;
+  } catch {
+    // not Linux: assume the usual range
+  }
+  if (low < 12_000) return freePort();
+  for (let i = 0; i < 50; i++) {
+    const port = 10_000 + Math.floor(Math.random() * (low - 10_000));
+    if (await canListen(port)) return port;
+  }
+  return freePort();
 }
 
 export class Proc {
@@ -94,6 +123,7 @@ export class Stack {
   client!: Client;
   fleet!: FleetClient;
   private port = 0;
+  private sidePorts?: { http: number; metrics: number };
   private readonly configFile: string;
 
   constructor(readonly opts: StackOptions) {
@@ -119,42 +149,50 @@ export class Stack {
   }
 
   async startServer(): Promise<void> {
-    if (!this.port) this.port = await freePort();
+    if (!this.port) this.port = await stablePort();
     const sa = ALL_SEARCH_ATTRIBUTES.flatMap((k) => [
       '--search-attribute',
       `${k.name}=${k.type === 'INT' ? 'Int' : 'Keyword'}`,
     ]);
-    this.server = new Proc(
-      'temporal',
-      temporalCliPath(),
-      [
-        'server',
-        'start-dev',
-        '--headless',
-        '--ip',
-        '127.0.0.1',
-        '--port',
-        String(this.port),
-        '--db-filename',
-        join(this.opts.dir, 'temporal.db'),
-        '--log-level',
-        'error',
-        ...sa,
-        ...devServerTuningArgs(),
-      ],
-      {},
-    );
-    const deadline = Date.now() + 60_000;
-    for (;;) {
+    // Besides gRPC the dev server listens on an HTTP API port, a metrics port and one port per
+    // internal service, each picked at random in the ephemeral range when not given: free when
+    // picked, not always when bound (CI lost the HTTP port once, failing the run). The two that
+    // can be given are picked below that range; a start that lost a port race is tried again.
+    for (let attempt = 1; ; attempt++) {
+      if (!this.sidePorts) this.sidePorts = { http: await stablePort(), metrics: await stablePort() };
+      this.server = new Proc(
+        'temporal',
+        temporalCliPath(),
+        [
+          'server',
+          'start-dev',
+          '--headless',
+          '--ip',
+          '127.0.0.1',
+          '--port',
+          String(this.port),
+          '--http-port',
+          String(this.sidePorts.http),
+          '--metrics-port',
+          String(this.sidePorts.metrics),
+          '--db-filename',
+          join(this.opts.dir, 'temporal.db'),
+          '--log-level',
+          'error',
+          ...sa,
+          ...devServerTuningArgs(),
+        ],
+        {},
+      );
       try {
-        const c = await Connection.connect({ address: this.address, connectTimeout: 1_000 });
-        await c.workflowService.getSystemInfo({});
-        await c.close();
+        await this.waitForServer();
         break;
       } catch (err) {
-        if (!this.server.alive || Date.now() > deadline)
-          throw new Error(`Temporal did not start: ${String(err)}\n${this.server.out}`, { cause: err });
-        await new Promise((r) => setTimeout(r, 300));
+        if (attempt >= 3 || this.server.alive || !this.server.out.includes('address already in use')) throw err;
+        // the internal services' ports are random each start; ours are picked again too. The
+        // gRPC port stays once clients and workers hold it.
+        this.sidePorts = undefined;
+        if (!this.client) this.port = await stablePort();
       }
     }
     if (!this.client) {
@@ -164,6 +202,26 @@ export class Stack {
         ...signingClientOptions(signalKeysFromEnv()),
       });
       this.fleet = new FleetClient(this.client, this.config);
+    }
+  }
+
+  private async waitForServer(): Promise<void> {
+    const server = this.server!;
+    const deadline = Date.now() + 60_000;
+    for (;;) {
+      try {
+        const c = await Connection.connect({ address: this.address, connectTimeout: 1_000 });
+        await c.workflowService.getSystemInfo({});
+        await c.close();
+        return;
+      } catch (err) {
+        if (!server.alive || Date.now() > deadline) {
+          // an exit is seen a moment after its output: give the process a moment to finish
+          if (!server.alive) await new Promise((r) => setTimeout(r, 100));
+          throw new Error(`Temporal did not start: ${String(err)}\n${server.out}`, { cause: err });
+        }
+        await new Promise((r) => setTimeout(r, 300));
+      }
     }
   }
 
