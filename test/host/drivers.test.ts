@@ -125,7 +125,7 @@ describe('host drivers', () => {
       });
       const t0 = Date.now();
       assert.equal((await hanging.discover())[0].health, 'unhealthy');
-      // Far below the command's own 60 s / 100 s, with room for a stalled test process.
+      // Far below the command's own 60 s, with room for a stalled test process.
       assert.ok(Date.now() - t0 < 20_000, `the timeout bounds the check (${Date.now() - t0} ms)`);
       const missing = new LocalDriver({ deviceId: 'box', healthCheck: { command: ['/nonexistent/health-check'] } });
       assert.equal((await missing.discover())[0].health, 'unhealthy');
@@ -141,7 +141,7 @@ describe('host drivers', () => {
       });
       const t0 = Date.now();
       assert.equal((await driver.discover())[0].health, 'unhealthy');
-      // Far below the command's own 60 s / 100 s, with room for a stalled test process.
+      // Far below the 100 s sleep, with room for a stalled test process.
       assert.ok(Date.now() - t0 < 20_000, `the timeout bounds the check (${Date.now() - t0} ms)`);
       const [shell, sleeper] = readFileSync(pids, 'utf8').trim().split(' ').map(Number);
       assert.ok(shell > 0 && sleeper > 0);
