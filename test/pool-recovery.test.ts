@@ -10,7 +10,8 @@ import type { WorkflowClientInterceptor, WorkflowHandle } from '@temporalio/clie
 import { temporal } from '@temporalio/proto';
 import { AdmissionPendingError } from '../control-plane/client';
 import { schedulerInput } from '../control-plane/config';
-import { deviceStateQuery, republishHostSignal } from '../workflows/messages';
+import { recordsPatch } from '../control-plane/signal-auth';
+import { deviceStateQuery, enqueueTasksSignal, republishHostSignal, taskEnqueueRequestQuery } from '../workflows/messages';
 import { ensurePools, restartStoppedSchedulers, restoreStoppedDevices } from '../control-plane/worker';
 import { FleetPool } from '../workflows/search-attributes';
 import { deviceWorkflowId, hostWorkflowId, poolRecoveryWorkflowId, schedulerWorkflowId, taskWorkflowId } from '../workflows/ids';
@@ -180,6 +181,51 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
     assert.ok(await signalled(f.client.workflow.getHandle(taskWorkflowId(view.taskId)), 'requeueTask'));
     assert.deepEqual(await recovery.result(), { tasks: 1, hosts: 0, failed: 0 });
     await runsOnceOnNewDevice(f, view.taskId);
+  });
+
+  it("A recovery's batched enqueue that reaches the scheduler after its task was cancelled is ignored, also by the scheduler's next run: no device is reserved for the ended task", async () => {
+    f = await startFleet('recover-stale-batch', { historyLimit: 30 });
+    const view = await f.fleet.submit({ goal: 'open settings', constraints: { driverType: 'later' } });
+    await eventually(
+      async () => ((await f!.scheduler()).queue.some((q) => q.taskId === view.taskId) ? true : undefined),
+      'the task queued',
+    );
+    // What a recovery reads of the waiting task, before the task is cancelled (its dequeue goes first).
+    const task = f.client.workflow.getHandle(taskWorkflowId(view.taskId));
+    const stale = await task.query(taskEnqueueRequestQuery);
+    assert.ok(stale, 'the task waits for a device');
+    await f.fleet.cancel(view.taskId);
+    assert.equal((await f.fleet.wait(view.taskId, { timeoutMs: 30_000 })).status, 'cancelled');
+    await eventually(
+      async () => ((await f!.scheduler()).queue.some((q) => q.taskId === view.taskId) ? undefined : true),
+      'the task dequeued',
+    );
+    // The scheduler rolls over (continue-as-new) before the stale batch comes: what it knows of the
+    // dequeue goes with it. Other tasks' enqueues and dequeues fill its history.
+    const runs = (await f.scheduler()).runsSinceStart;
+    await eventually(async () => {
+      const filler = await f!.fleet.submit({ goal: 'filler', constraints: { driverType: 'nowhere' } });
+      await f!.fleet.cancel(filler.taskId);
+      return (await f!.scheduler()).runsSinceStart > runs ? true : undefined;
+    }, 'the scheduler rolled over');
+    // A device it would match is free in the pool when the stale batch comes.
+    await f.addHost('h1', [{ deviceId: 'd1', driverType: 'later' }]);
+    await eventually(async () => ((await f!.scheduler()).devices.length >= 1 ? true : undefined), 'd1 in the pool');
+    const sched = f.client.workflow.getHandle(schedulerWorkflowId(f.pool));
+    await sched.signal(enqueueTasksSignal, { requests: [stale] });
+    await eventually(async () => {
+      const events = (await sched.fetchHistory()).events ?? [];
+      return events.some((e) => recordsPatch(e, 'scheduler-dequeued-stale-v1')) ? true : undefined;
+    }, 'the stale enqueue turned away');
+    const state = await f.scheduler();
+    assert.equal(state.queue.some((q) => q.taskId === view.taskId), false, 'not queued again');
+    assert.equal(state.devices.find((d) => d.deviceId === 'd1')?.reservedBy, undefined, 'd1 not reserved for it');
+    // The next task is d1's first reservation (the ended task had none).
+    const next = await f.fleet.submit({ goal: 'next', constraints: { driverType: 'later' } });
+    assert.equal((await f.fleet.wait(next.taskId, { timeoutMs: 60_000 })).status, 'done');
+    const d1 = await f.client.workflow.getHandle(deviceWorkflowId(f.hostId('h1'), 'd1')).query(deviceStateQuery);
+    assert.deepEqual(d1.recent.map((r) => r.taskId), [next.taskId]);
+    assert.equal(d1.reservations, 1);
   });
 
   it('A task whose recovery signal fails three times is asked again at the end of the recovery, and runs', async () => {

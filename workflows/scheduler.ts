@@ -115,6 +115,8 @@ export interface SchedulerCarried {
   runs: number;
   /** The version of the last `setSchedulerConfig` applied (see there). */
   configVersion?: number;
+  /** Submissions dequeued lately, oldest first (see `dequeued`). */
+  dequeued?: Array<[string, number]>;
 }
 
 /** What the device needs of a task's release. */
@@ -135,6 +137,8 @@ const hostLost = (r: { reason: string; detail?: string }): boolean =>
   // A cancel that waited out a lost lease or a missed ack (tasks from 2026-12-02a on say so).
   (r.reason === 'cancelled' && (r.detail === 'lease_expired' || r.detail === 'ack_timeout'));
 const SUSPECT_MAX_MS = 5 * 60_000;
+/** How many dequeued submissions the scheduler remembers (see `dequeued`). */
+const DEQUEUED_KEPT = 1_000;
 
 export interface SchedulerInput {
   pool: string;
@@ -248,6 +252,17 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   const noteEnded = (k: string, leaseId: string): void => {
     if (endedAware) ended.set(k, leaseId);
   };
+  /**
+   * Submissions dequeued lately (a task cancelled or given up while it waited), taskId ->
+   * submittedAt, oldest first, at most DEQUEUED_KEPT; carried over continue-as-new. A dequeue is a
+   * task's last word to the pool, so a recovery's batched enqueue for that submission arriving
+   * after it is stale: the recovery read the task's enqueue, then the task was cancelled. It is
+   * ignored; before, the task was queued again and a device reserved for nobody until the
+   * reservation's ack ran out. Only batched enqueues: one the task sends itself is its own word (a
+   * task reset to before its cancel waits again), and the recovery's check asks a batched task that
+   * is still waiting to do so. Runs recorded before this change queued it, and replay so.
+   */
+  const dequeued = new Map<string, number>(c?.dequeued ?? []);
 
   // Search attributes survive continue-as-new on the server: only the first run sets them (an
   // upsert is a billed action).
@@ -481,12 +496,27 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
   // a run in which a worker from before took such a signal and did nothing replays so.
   onSignal(enqueueTasksSignal, ({ requests }) => {
     if (!Array.isArray(requests) || !patched('scheduler-enqueue-batch-v1')) return;
-    for (const req of requests) if (typeof req?.taskId === 'string') onEnqueue(req);
+    for (const req of requests) {
+      if (typeof req?.taskId !== 'string') continue;
+      if (dequeued.get(req.taskId) === req.submittedAt && patched('scheduler-dequeued-stale-v1')) {
+        log.info('ignored a batched enqueue for a submission already dequeued (the task ended)', { pool, taskId: req.taskId });
+        continue;
+      }
+      onEnqueue(req);
+    }
   });
 
   onSignal(dequeueTaskSignal, ({ taskId, submittedAt }) => {
     // Only the submission it names: a dequeue sent again cannot drop a task submitted anew under that id.
     const same = (t?: { submittedAt: number }) => submittedAt === undefined || !t || t.submittedAt === submittedAt;
+    if (typeof submittedAt === 'number') {
+      dequeued.delete(taskId); // to the end: the latest
+      dequeued.set(taskId, submittedAt);
+      for (const k of dequeued.keys()) {
+        if (dequeued.size <= DEQUEUED_KEPT) break;
+        dequeued.delete(k);
+      }
+    }
     const i = queueIndex(taskId);
     if (i >= 0) {
       if (same(queue[i])) queue.splice(i, 1);
@@ -812,6 +842,7 @@ export async function schedulerWorkflow(input: SchedulerInput): Promise<never> {
       counters,
       runs,
       ...(configVersion > 0 ? { configVersion } : {}),
+      ...(dequeued.size > 0 ? { dequeued: [...dequeued.entries()] } : {}),
     },
   });
 }
