@@ -10,7 +10,8 @@ import { loadControlPlaneConfig, taskWorkflowQueue } from './config';
 import { connectClient, connectWorker, temporalSettingsFromEnv } from './connection';
 import { signalKeysFromEnv } from './signal-auth';
 import { createLog, SdkJsonLogger } from './log';
-import { createControlPlaneWorker, ensurePools, restartStoppedSchedulers, restoreStoppedDevices } from './worker';
+import { watchFleet } from './watch';
+import { createControlPlaneWorker, ensurePools } from './worker';
 
 const log = createLog('control-plane');
 
@@ -91,51 +92,8 @@ async function main(): Promise<void> {
       }
     })();
   }
-  // A scheduler terminated by an operator (or failed) is started again within poolWatchMs, even in
-  // a pool where nothing else happens; its new run asks the pool's tasks and hosts again. So is a
-  // device workflow, by its host.
-  void (async () => {
-    // Each failure is said once per spell (the server may be down a while), not at every check.
-    let failing = false;
-    const failingPools = new Set<string>();
-    const failingHosts = new Set<string>();
-    let failingDeviceCheck = false;
-    while (!stopping) {
-      await new Promise((r) => setTimeout(r, config.poolWatchMs).unref());
-      if (stopping) return;
-      try {
-        const { restarted, failed } = await restartStoppedSchedulers(client, config);
-        for (const pool of restarted) {
-          log.warn('the scheduler of a pool was not running (terminated or failed): started again', { pool });
-        }
-        for (const { pool, error } of failed) {
-          if (!failingPools.has(pool)) log.error('could not start the scheduler of a pool again; trying again', { pool, error });
-        }
-        failingPools.clear();
-        for (const { pool } of failed) failingPools.add(pool);
-        failing = false;
-      } catch (err) {
-        if (!failing) log.warn('could not check that every pool scheduler runs; trying again', { error: err });
-        failing = true;
-      }
-      // And device workflows lost the same way: their hosts start them again.
-      try {
-        const devices = await restoreStoppedDevices(client, config);
-        for (const device of devices.restored) {
-          log.warn('a device workflow was not running (terminated or failed): its host starts it again', { device });
-        }
-        for (const { host, error } of devices.failed) {
-          if (!failingHosts.has(host)) log.error('could not ask a host to start its device workflows again; trying again', { host, error });
-        }
-        failingHosts.clear();
-        for (const { host } of devices.failed) failingHosts.add(host);
-        failingDeviceCheck = false;
-      } catch (err) {
-        if (!failingDeviceCheck) log.warn('could not check that every device workflow runs; trying again', { error: err });
-        failingDeviceCheck = true;
-      }
-    }
-  })();
+  // Schedulers and device workflows that stopped (terminated, failed) are started again (watch.ts).
+  const watch = watchFleet(client, config, log);
   // The SDK runtime already shuts the worker down on SIGINT/SIGTERM; this covers runtimes installed without that.
   const stop = () => {
     stopping = true;
@@ -145,6 +103,7 @@ async function main(): Promise<void> {
   process.once('SIGTERM', stop);
   await running;
   stopping = true;
+  void watch.stop(); // not awaited: a check under way ends with the connections (said at warn, if at all)
   log.info('control plane stopped');
   await connection.close();
   await client.connection.close();

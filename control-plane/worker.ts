@@ -34,6 +34,7 @@ import { poolConfig, schedulerStart, taskWorkflowQueue, type ControlPlaneConfig 
 import { PAYLOAD_CONVERTER_PATH } from './connection';
 import { createSealingCodec } from './sealing';
 import { createSignalAuthCodec, signalKeysFromEnv, type SignalKeys } from './signal-auth';
+import type { RestartBackoff } from './restart-backoff';
 import { within } from './within';
 
 /**
@@ -174,15 +175,16 @@ export async function ensurePools(
  * pool on this control queue whose scheduler was terminated or failed (pools a host named), with no
  * run of it going now. Each is started again (configured ones configured as by `ensurePools`); the
  * new run recovers its queue and devices (workflows/recovery.ts). Each pool on its own: one that
- * cannot be checked or started is reported in `failed` and does not keep the others from it. A
- * scheduler that fails at once (a configuration its workers refuse) is started again at each check,
- * and says why in its failure.
+ * cannot be checked or started is reported in `failed` and does not keep the others from it. With
+ * `backoff`, a scheduler whose runs keep failing soon after they start (a configuration its workers
+ * refuse; each failure says why) is started again less and less often (restart-backoff.ts), and is
+ * reported in `deferred` meanwhile.
  */
 export async function restartStoppedSchedulers(
   client: Client,
   config: ControlPlaneConfig,
-  { timeoutMs = ENSURE_POOL_TIMEOUT_MS }: { timeoutMs?: number } = {},
-): Promise<{ restarted: string[]; failed: Array<{ pool: string; error: unknown }> }> {
+  { timeoutMs = ENSURE_POOL_TIMEOUT_MS, backoff }: { timeoutMs?: number; backoff?: RestartBackoff } = {},
+): Promise<{ restarted: string[]; failed: Array<{ pool: string; error: unknown }>; deferred: Deferred[] }> {
   const pools = new Set(Object.keys(config.pools));
   const query =
     `${FleetKind.name} = 'scheduler' AND TaskQueue = ${visibilityString(config.controlTaskQueue)} AND ${STOPPED}`;
@@ -192,11 +194,17 @@ export async function restartStoppedSchedulers(
   }
   const restarted: string[] = [];
   const failed: Array<{ pool: string; error: unknown }> = [];
+  const deferred: Deferred[] = [];
   for (const pool of pools) {
     try {
       try {
         const d = await client.workflow.getHandle(schedulerWorkflowId(pool)).describe();
         if (d.status.name === 'RUNNING') continue;
+        const wait = backoff?.consider(schedulerWorkflowId(pool), d, Date.now());
+        if (wait && !wait.due) {
+          deferred.push({ workflowId: schedulerWorkflowId(pool), streak: wait.streak, delayMs: wait.delayMs, fresh: wait.fresh });
+          continue;
+        }
       } catch (err) {
         if (!(err instanceof WorkflowNotFoundError)) throw err;
       }
@@ -210,7 +218,18 @@ export async function restartStoppedSchedulers(
       failed.push({ pool, error });
     }
   }
-  return { restarted, failed };
+  return { restarted, failed, deferred };
+}
+
+/** A stopped workflow the watch starts again only later: its runs keep stopping soon after they start. */
+export interface Deferred {
+  workflowId: string;
+  /** Quick runs in a row (restart-backoff.ts). */
+  streak: number;
+  /** How long after its last run closed it is started again. */
+  delayMs: number;
+  /** The first check that held this run back. */
+  fresh: boolean;
 }
 
 /** How far back `restoreStoppedDevices` looks for device workflows that stopped. */
@@ -223,12 +242,14 @@ const DEVICE_WATCH_WINDOW_MS = 10 * 60_000;
  * Without this a device whose workflow was lost while it had a reservation to handle kept that
  * reservation's task waiting until the pool's hold ran out. Devices of a removed host (its
  * workflow not running), and devices the host no longer reports, are left alone. One signal per
- * host. Returns the devices asked for, and the hosts that failed.
+ * host. With `backoff`, a device whose runs keep stopping soon after they start is asked for less
+ * and less often. Returns the devices asked for, those held back, and the hosts that failed.
  */
 export async function restoreStoppedDevices(
   client: Client,
   config: ControlPlaneConfig,
-): Promise<{ restored: string[]; failed: Array<{ host: string; error: unknown }> }> {
+  { backoff }: { backoff?: RestartBackoff } = {},
+): Promise<{ restored: string[]; failed: Array<{ host: string; error: unknown }>; deferred: Deferred[] }> {
   const since = new Date(Date.now() - DEVICE_WATCH_WINDOW_MS).toISOString();
   const query =
     `${FleetKind.name} = 'device' AND WorkflowType = 'deviceWorkflow' AND ` +
@@ -243,6 +264,7 @@ export async function restoreStoppedDevices(
   }
   const restored: string[] = [];
   const failed: Array<{ host: string; error: unknown }> = [];
+  const deferred: Deferred[] = [];
   for (const [hostId, deviceIds] of byHost) {
     try {
       const host = client.workflow.getHandle(hostWorkflowId(hostId));
@@ -257,11 +279,12 @@ export async function restoreStoppedDevices(
       const missing: string[] = [];
       for (const deviceId of deviceIds) {
         if (!has.has(deviceId)) continue;
-        const status = await client.workflow
-          .getHandle(deviceWorkflowId(hostId, deviceId))
-          .describe()
-          .then((x) => x.status.name);
-        if (status !== 'RUNNING') missing.push(deviceId);
+        const workflowId = deviceWorkflowId(hostId, deviceId);
+        const d = await client.workflow.getHandle(workflowId).describe();
+        if (d.status.name === 'RUNNING') continue;
+        const wait = backoff?.consider(workflowId, d, Date.now());
+        if (wait && !wait.due) deferred.push({ workflowId, streak: wait.streak, delayMs: wait.delayMs, fresh: wait.fresh });
+        else missing.push(deviceId);
       }
       if (missing.length === 0) continue;
       await host.signal(republishHostSignal, { pool, reason: 'its device workflow stopped', missingDevices: missing });
@@ -270,7 +293,7 @@ export async function restoreStoppedDevices(
       failed.push({ host: hostWorkflowId(hostId), error });
     }
   }
-  return { restored, failed };
+  return { restored, failed, deferred };
 }
 
 async function ensurePool(client: Client, config: ControlPlaneConfig, pool: string, timeoutMs: number): Promise<void> {

@@ -12,6 +12,8 @@ import { AdmissionPendingError } from '../control-plane/client';
 import { schedulerInput } from '../control-plane/config';
 import { recordsPatch } from '../control-plane/signal-auth';
 import { deviceStateQuery, enqueueTasksSignal, republishHostSignal, taskEnqueueRequestQuery } from '../workflows/messages';
+import { createLog } from '../control-plane/log';
+import { watchFleet } from '../control-plane/watch';
 import { ensurePools, restartStoppedSchedulers, restoreStoppedDevices } from '../control-plane/worker';
 import { FleetPool } from '../workflows/search-attributes';
 import { deviceWorkflowId, hostWorkflowId, poolRecoveryWorkflowId, schedulerWorkflowId, taskWorkflowId } from '../workflows/ids';
@@ -395,18 +397,63 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
       async () => ((await handle.describe()).typedSearchAttributes.get(FleetPool) === extra ? true : undefined),
       'the scheduler indexed',
     );
-    assert.deepEqual(await restartStoppedSchedulers(f.client, f.config), { restarted: [], failed: [] }, 'all run');
+    assert.deepEqual(await restartStoppedSchedulers(f.client, f.config), { restarted: [], failed: [], deferred: [] }, 'all run');
     await handle.terminate('test: scheduler lost');
     // Once visibility shows it terminated, the check starts it again (and only it).
     const r = await eventually(async () => {
       const r = await restartStoppedSchedulers(f!.client, f!.config);
       return r.restarted.length > 0 ? r : undefined;
     }, 'the check to start it again');
-    assert.deepEqual(r, { restarted: [extra], failed: [] });
+    assert.deepEqual(r, { restarted: [extra], failed: [], deferred: [] });
     const now = await f.client.workflow.getHandle(schedulerWorkflowId(extra)).describe();
     assert.equal(now.status.name, 'RUNNING');
     assert.notEqual(now.runId, handle.firstExecutionRunId);
     await f.client.workflow.getHandle(schedulerWorkflowId(extra)).terminate('test over');
+  });
+
+  it('The watch starts a scheduler whose runs fail at once again less and less often, and says so once per run it holds back', async () => {
+    // This fleet's workers fail the scheduler of any pool named broken-... at once (test/helpers/fail-broken-schedulers.ts).
+    const failing = await bundleFleetWorkflows([require.resolve('./helpers/fail-broken-schedulers')]);
+    f = await startFleet('recover-backoff', { workflowBundle: failing });
+    const broken = uid('broken');
+    const id = schedulerWorkflowId(broken);
+    await f.client.workflow.start('schedulerWorkflow', {
+      workflowId: id,
+      taskQueue: f.config.controlTaskQueue,
+      args: [schedulerInput(f.config, broken)],
+    });
+    const lines: Array<Record<string, unknown>> = [];
+    const log = createLog('watch-test', {}, { level: 'info', write: (l) => lines.push(JSON.parse(l) as Record<string, unknown>) });
+    // Checks every 300 ms: a run that failed at once waits 0, then 600 ms, 1.2 s, 2.4 s ... after it closed.
+    const watch = watchFleet(f.client, { ...f.config, poolWatchMs: 300 }, log);
+    const heldBack = () => lines.filter((l) => l.workflowId === id && typeof l.quickRunsInARow === 'number');
+    try {
+      await eventually(
+        async () => (heldBack().some((l) => (l.quickRunsInARow as number) >= 4) ? true : undefined),
+        'the fourth failed run in a row held back',
+        60_000,
+      );
+    } finally {
+      await watch.stop();
+    }
+    // Said at error, once per run held back.
+    assert.deepEqual(heldBack().map((l) => [l.level, l.quickRunsInARow, l.startedAgainMsAfterItClosed]), [
+      ['error', 2, 600],
+      ['error', 3, 1_200],
+      ['error', 4, 2_400],
+    ]);
+    const runs = await eventually(async () => {
+      const found: Array<{ start: number; close: number }> = [];
+      for await (const wf of f!.client.workflow.list({ query: `WorkflowId = '${id}'` })) {
+        if (wf.closeTime) found.push({ start: wf.startTime.getTime(), close: wf.closeTime.getTime() });
+      }
+      return found.length >= 4 ? found.sort((a, b) => a.start - b.start) : undefined;
+    }, 'four failed runs listed');
+    // Each run started again no sooner than its wait after the one before closed (at 300 ms checks
+    // without the backoff: about 300 ms each).
+    const gaps = runs.slice(1, 4).map((r, i) => r.start - runs[i].close);
+    assert.ok(gaps[1] >= 600, `second restart ${gaps[1]} ms after the second run closed`);
+    assert.ok(gaps[2] >= 1_200, `third restart ${gaps[2]} ms after the third run closed`);
   });
 
   it("A look-alike scheduler under another id gets no recovery: the pool's tasks and hosts are not signalled", async () => {
