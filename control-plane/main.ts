@@ -97,6 +97,7 @@ async function main(): Promise<void> {
   // The SDK runtime already shuts the worker down on SIGINT/SIGTERM; this covers runtimes installed without that.
   const stop = () => {
     stopping = true;
+    void watch.stop(); // no check starts a scheduler while the worker shuts down
     worker.shutdown();
   };
   process.once('SIGINT', stop);

@@ -59,6 +59,7 @@ export function watchFleet(client: Client, config: ControlPlaneConfig, log: Log)
         if (!failing) log.warn('could not check that every pool scheduler runs; trying again', { error: err });
         failing = true;
       }
+      if (stopping) return;
       try {
         const found = await restoreStoppedDevices(client, config, { backoff: devices });
         for (const device of found.restored) {

@@ -8,7 +8,7 @@
  */
 import { isDeepStrictEqual } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { QueryNotRegisteredError, WorkflowNotFoundError, type Client } from '@temporalio/client';
+import { QueryNotRegisteredError, WorkflowNotFoundError, type Client, type WorkflowExecutionDescription } from '@temporalio/client';
 import { bundleWorkflowCode, Runtime, Worker, type NativeConnection, type WorkflowBundle } from '@temporalio/worker';
 import { createControlPlaneActivities } from '../activities/control-plane';
 import { deviceWorkflowId, hostWorkflowId, schedulerWorkflowId } from '../workflows/ids';
@@ -34,7 +34,7 @@ import { poolConfig, schedulerStart, taskWorkflowQueue, type ControlPlaneConfig 
 import { PAYLOAD_CONVERTER_PATH } from './connection';
 import { createSealingCodec } from './sealing';
 import { createSignalAuthCodec, signalKeysFromEnv, type SignalKeys } from './signal-auth';
-import type { RestartBackoff } from './restart-backoff';
+import type { RestartBackoff, StoppedRun } from './restart-backoff';
 import { within } from './within';
 
 /**
@@ -200,7 +200,7 @@ export async function restartStoppedSchedulers(
       try {
         const d = await client.workflow.getHandle(schedulerWorkflowId(pool)).describe();
         if (d.status.name === 'RUNNING') continue;
-        const wait = backoff?.consider(schedulerWorkflowId(pool), d, Date.now());
+        const wait = backoff?.consider(schedulerWorkflowId(pool), stoppedRun(d), Date.now());
         if (wait && !wait.due) {
           deferred.push({ workflowId: schedulerWorkflowId(pool), streak: wait.streak, delayMs: wait.delayMs, fresh: wait.fresh });
           continue;
@@ -221,6 +221,12 @@ export async function restartStoppedSchedulers(
   return { restarted, failed, deferred };
 }
 
+/** What the watch's backoff needs of a stopped run. */
+function stoppedRun(d: WorkflowExecutionDescription): StoppedRun {
+  const firstRunId = d.raw.workflowExecutionInfo?.firstRunId;
+  return { runId: d.runId, startTime: d.startTime, closeTime: d.closeTime, ...(firstRunId ? { firstRunId } : {}) };
+}
+
 /** A stopped workflow the watch starts again only later: its runs keep stopping soon after they start. */
 export interface Deferred {
   workflowId: string;
@@ -237,7 +243,7 @@ const DEVICE_WATCH_WINDOW_MS = 10 * 60_000;
 
 /**
  * Device workflows of this control queue that stopped (terminated, failed, timed out) in the last
- * ten minutes and have no run going now: each one's host is asked to start it again
+ * ten minutes (with `backoff`, at least its longest wait and two checks) and have no run going now: each one's host is asked to start it again
  * (`republishHost` with the device as missing), as a pool's reservation that found it gone would.
  * Without this a device whose workflow was lost while it had a reservation to handle kept that
  * reservation's task waiting until the pool's hold ran out. Devices of a removed host (its
@@ -250,7 +256,9 @@ export async function restoreStoppedDevices(
   config: ControlPlaneConfig,
   { backoff }: { backoff?: RestartBackoff } = {},
 ): Promise<{ restored: string[]; failed: Array<{ host: string; error: unknown }>; deferred: Deferred[] }> {
-  const since = new Date(Date.now() - DEVICE_WATCH_WINDOW_MS).toISOString();
+  // A device held back by the backoff is still looked at when it is due.
+  const windowMs = Math.max(DEVICE_WATCH_WINDOW_MS, (backoff?.maxDelayMs ?? 0) + 2 * config.poolWatchMs);
+  const since = new Date(Date.now() - windowMs).toISOString();
   const query =
     `${FleetKind.name} = 'device' AND WorkflowType = 'deviceWorkflow' AND ` +
     `TaskQueue = ${visibilityString(config.controlTaskQueue)} AND ${STOPPED} AND CloseTime > "${since}"`;
@@ -282,7 +290,7 @@ export async function restoreStoppedDevices(
         const workflowId = deviceWorkflowId(hostId, deviceId);
         const d = await client.workflow.getHandle(workflowId).describe();
         if (d.status.name === 'RUNNING') continue;
-        const wait = backoff?.consider(workflowId, d, Date.now());
+        const wait = backoff?.consider(workflowId, stoppedRun(d), Date.now());
         if (wait && !wait.due) deferred.push({ workflowId, streak: wait.streak, delayMs: wait.delayMs, fresh: wait.fresh });
         else missing.push(deviceId);
       }
