@@ -11,12 +11,23 @@ import { temporal } from '@temporalio/proto';
 import { AdmissionPendingError } from '../control-plane/client';
 import { schedulerInput } from '../control-plane/config';
 import { recordsPatch } from '../control-plane/signal-auth';
-import { deviceStateQuery, enqueueTasksSignal, republishHostSignal, taskEnqueueRequestQuery } from '../workflows/messages';
+import {
+  deviceStateQuery,
+  enqueueTasksSignal,
+  republishHostSignal,
+  taskEnqueueRequestQuery,
+} from '../workflows/messages';
 import { createLog } from '../control-plane/log';
 import { watchFleet } from '../control-plane/watch';
 import { ensurePools, restartStoppedSchedulers, restoreStoppedDevices } from '../control-plane/worker';
 import { FleetPool } from '../workflows/search-attributes';
-import { deviceWorkflowId, hostWorkflowId, poolRecoveryWorkflowId, schedulerWorkflowId, taskWorkflowId } from '../workflows/ids';
+import {
+  deviceWorkflowId,
+  hostWorkflowId,
+  poolRecoveryWorkflowId,
+  schedulerWorkflowId,
+  taskWorkflowId,
+} from '../workflows/ids';
 import { eventually, startFleet, uid, type Fleet } from './helpers/fleet';
 import { assertNoOverlappingReservations } from './helpers/invariants';
 import { recordingRunners } from './helpers/runners';
@@ -55,7 +66,10 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
       fleet.fleet.submit({ taskId, goal: 'open settings' }, { admissionTimeoutMs: 1_000 }),
       AdmissionPendingError,
     );
-    await eventually(async () => (await signalled(run, signal)) || undefined, `${signal} recorded by the run nobody serves`);
+    await eventually(
+      async () => (await signalled(run, signal)) || undefined,
+      `${signal} recorded by the run nobody serves`,
+    );
     return taskId;
   };
   /**
@@ -64,7 +78,8 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
    */
   const queuedThenSchedulerLost = async (fleet: Fleet) => {
     const view = await fleet.fleet.submit({ goal: 'open settings', constraints: { driverType: 'later' } });
-    const inQueue = async () => ((await fleet.scheduler()).queue.some((q) => q.taskId === view.taskId) ? true : undefined);
+    const inQueue = async () =>
+      (await fleet.scheduler()).queue.some((q) => q.taskId === view.taskId) ? true : undefined;
     await eventually(inQueue, 'the task queued');
     const sched = fleet.client.workflow.getHandle(schedulerWorkflowId(fleet.pool));
     await sched.terminate('test: scheduler lost');
@@ -114,8 +129,14 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
     assert.equal(first.attempts.length, 1, 'the running task was not displaced');
     const second = await fleet.fleet.wait(nextId, { timeoutMs: 60_000 });
     assert.equal(second.status, 'done');
-    assert.deepEqual(second.attempts.map((a) => a.deviceId), ['d1']);
-    assert.deepEqual(calls.map((c) => c.taskId), [holder, nextId]);
+    assert.deepEqual(
+      second.attempts.map((a) => a.deviceId),
+      ['d1'],
+    );
+    assert.deepEqual(
+      calls.map((c) => c.taskId),
+      [holder, nextId],
+    );
     await assertNoOverlappingReservations(fleet.client, [{ hostId: fleet.hostId('h1'), deviceId: 'd1' }]);
   };
   afterEach(async () => {
@@ -214,19 +235,38 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
     await f.addHost('h1', [{ deviceId: 'd1', driverType: 'later' }]);
     await eventually(async () => ((await f!.scheduler()).devices.length >= 1 ? true : undefined), 'd1 in the pool');
     const sched = f.client.workflow.getHandle(schedulerWorkflowId(f.pool));
+    // The signal lands in this run or, if the scheduler rolls over again first, in a later one.
+    const signalledRun = (await sched.describe()).runId;
     await sched.signal(enqueueTasksSignal, { requests: [stale] });
     await eventually(async () => {
-      const events = (await sched.fetchHistory()).events ?? [];
-      return events.some((e) => recordsPatch(e, 'scheduler-dequeued-stale-v1')) ? true : undefined;
+      for (let runId: string | undefined = signalledRun; runId;) {
+        const events: temporal.api.history.v1.IHistoryEvent[] =
+          (await f!.client.workflow.getHandle(sched.workflowId, runId).fetchHistory()).events ?? [];
+        if (events.some((e) => recordsPatch(e, 'scheduler-dequeued-stale-v1'))) return true;
+        runId = events.at(-1)?.workflowExecutionContinuedAsNewEventAttributes?.newExecutionRunId ?? undefined;
+      }
+      return undefined;
     }, 'the stale enqueue turned away');
     const state = await f.scheduler();
-    assert.equal(state.queue.some((q) => q.taskId === view.taskId), false, 'not queued again');
+    assert.equal(
+      state.queue.some((q) => q.taskId === view.taskId),
+      false,
+      'not queued again',
+    );
     assert.equal(state.devices.find((d) => d.deviceId === 'd1')?.reservedBy, undefined, 'd1 not reserved for it');
     // The next task is d1's first reservation (the ended task had none).
     const next = await f.fleet.submit({ goal: 'next', constraints: { driverType: 'later' } });
     assert.equal((await f.fleet.wait(next.taskId, { timeoutMs: 60_000 })).status, 'done');
-    const d1 = await f.client.workflow.getHandle(deviceWorkflowId(f.hostId('h1'), 'd1')).query(deviceStateQuery);
-    assert.deepEqual(d1.recent.map((r) => r.taskId), [next.taskId]);
+    // The task's result is recorded before its release reaches d1: wait for the release.
+    const d1Handle = f.client.workflow.getHandle(deviceWorkflowId(f.hostId('h1'), 'd1'));
+    const d1 = await eventually(async () => {
+      const s = await d1Handle.query(deviceStateQuery);
+      return s.current === undefined && s.recent.length > 0 ? s : undefined;
+    }, 'd1 released');
+    assert.deepEqual(
+      d1.recent.map((r) => r.taskId),
+      [next.taskId],
+    );
     assert.equal(d1.reservations, 1);
   });
 
@@ -253,7 +293,7 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
     await runsOnceOnNewDevice(f, view.taskId);
   });
 
-  it("A device whose workflow was terminated is started again by its host when the pool next reserves it, and the task runs there", async () => {
+  it('A device whose workflow was terminated is started again by its host when the pool next reserves it, and the task runs there', async () => {
     f = await startFleet('recover-device');
     await f.addHost('h1', [{ deviceId: 'd1' }]);
     await eventually(async () => ((await f!.scheduler()).devices.length >= 1 ? true : undefined), 'd1 in the pool');
@@ -276,14 +316,16 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
 
   it('A device workflow terminated while its task runs: the task ends as usual, the next one runs there, and the audit sees no overlap', async () => {
     const { fleet, holder, calls } = await fleetWithHolder('recover-device-running');
-    await fleet.client.workflow.getHandle(deviceWorkflowId(fleet.hostId('h1'), 'd1')).terminate('test: device workflow lost');
+    await fleet.client.workflow
+      .getHandle(deviceWorkflowId(fleet.hostId('h1'), 'd1'))
+      .terminate('test: device workflow lost');
     // The pool still holds d1 for the running task: the next task waits for it.
     const next = await fleet.fleet.submit({ goal: 'open settings' });
     // The lost run's lease ends when its task lets go (before the next reservation), not never.
     await holderThenNext(fleet, holder, next.taskId, calls);
   });
 
-  it('A device workflow terminated while its task runs, then the scheduler: the device is started again holding that task\'s lease, and the next task waits for it', async () => {
+  it("A device workflow terminated while its task runs, then the scheduler: the device is started again holding that task's lease, and the next task waits for it", async () => {
     const { fleet, holder, calls, running } = await fleetWithHolder('recover-device-held');
     const device = fleet.client.workflow.getHandle(deviceWorkflowId(fleet.hostId('h1'), 'd1'));
     const lost = (await device.describe()).runId;
@@ -308,11 +350,15 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
       'the next task refused',
     );
     assert.equal((await fleet.fleet.get(next.taskId)).status, 'queued');
-    assert.deepEqual(calls.map((c) => c.taskId), [holder], 'only the holder ran so far');
+    assert.deepEqual(
+      calls.map((c) => c.taskId),
+      [holder],
+      'only the holder ran so far',
+    );
     await holderThenNext(fleet, holder, next.taskId, calls);
   });
 
-  it('The control plane\'s watch has a terminated device workflow started again by its host, before any reservation finds it gone', async () => {
+  it("The control plane's watch has a terminated device workflow started again by its host, before any reservation finds it gone", async () => {
     f = await startFleet('recover-device-watch');
     await f.addHost('h1', [{ deviceId: 'd1' }]);
     await eventually(async () => ((await f!.scheduler()).devices.length >= 1 ? true : undefined), 'd1 in the pool');
@@ -356,7 +402,10 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
     // not when the pool's hold on d1 runs out (ack 10 s + execution 60 s + 60 s).
     const done = await f.fleet.wait(taskId, { timeoutMs: 30_000 });
     assert.equal(done.status, 'done');
-    assert.deepEqual(done.attempts.map((a) => a.deviceId), ['d1']);
+    assert.deepEqual(
+      done.attempts.map((a) => a.deviceId),
+      ['d1'],
+    );
   });
 
   it('The control plane starts a terminated scheduler again on its own (poolWatchMs), and the task waiting in it runs', async () => {
@@ -397,7 +446,11 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
       async () => ((await handle.describe()).typedSearchAttributes.get(FleetPool) === extra ? true : undefined),
       'the scheduler indexed',
     );
-    assert.deepEqual(await restartStoppedSchedulers(f.client, f.config), { restarted: [], failed: [], deferred: [] }, 'all run');
+    assert.deepEqual(
+      await restartStoppedSchedulers(f.client, f.config),
+      { restarted: [], failed: [], deferred: [] },
+      'all run',
+    );
     await handle.terminate('test: scheduler lost');
     // Once visibility shows it terminated, the check starts it again (and only it).
     const r = await eventually(async () => {
@@ -423,7 +476,11 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
       args: [schedulerInput(f.config, broken)],
     });
     const lines: Array<Record<string, unknown>> = [];
-    const log = createLog('watch-test', {}, { level: 'info', write: (l) => lines.push(JSON.parse(l) as Record<string, unknown>) });
+    const log = createLog(
+      'watch-test',
+      {},
+      { level: 'info', write: (l) => lines.push(JSON.parse(l) as Record<string, unknown>) },
+    );
     // Checks every 300 ms: a run that failed at once waits 0, then 600 ms, 1.2 s, 2.4 s ... after it closed.
     const watch = watchFleet(f.client, { ...f.config, poolWatchMs: 300 }, log);
     const heldBack = () => lines.filter((l) => l.workflowId === id && typeof l.quickRunsInARow === 'number');
@@ -438,11 +495,16 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
     }
     // Said at error, once per run held back.
     // (A fifth may follow while the test reads, on a stalled machine: the first three are checked.)
-    assert.deepEqual(heldBack().slice(0, 3).map((l) => [l.level, l.quickRunsInARow, l.startedAgainMsAfterItClosed]), [
-      ['error', 2, 600],
-      ['error', 3, 1_200],
-      ['error', 4, 2_400],
-    ]);
+    assert.deepEqual(
+      heldBack()
+        .slice(0, 3)
+        .map((l) => [l.level, l.quickRunsInARow, l.startedAgainMsAfterItClosed]),
+      [
+        ['error', 2, 600],
+        ['error', 3, 1_200],
+        ['error', 4, 2_400],
+      ],
+    );
     const runs = await eventually(async () => {
       const found: Array<{ start: number; close: number }> = [];
       for await (const wf of f!.client.workflow.list({ query: `WorkflowId = '${id}'` })) {
@@ -507,7 +569,9 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
     // The reset itself records one failed workflow task (cause: reset); any other is a replay failure.
     const failures = reset
       .map((e) => e.workflowTaskFailedEventAttributes)
-      .filter((a) => a && a.cause !== temporal.api.enums.v1.WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW);
+      .filter(
+        (a) => a && a.cause !== temporal.api.enums.v1.WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW,
+      );
     assert.deepEqual(
       failures.map((a) => a?.failure?.message),
       [],
@@ -521,7 +585,10 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
     const sched = await replaceByRunNobodyServes(fleet);
     finish!();
     assert.equal((await fleet.fleet.wait(holder, { timeoutMs: 60_000 })).status, 'done');
-    await eventually(async () => (await signalled(sched, 'taskReleased')) || undefined, 'the release recorded by the run nobody serves');
+    await eventually(
+      async () => (await signalled(sched, 'taskReleased')) || undefined,
+      'the release recorded by the run nobody serves',
+    );
     const device = fleet.client.workflow.getHandle(deviceWorkflowId(fleet.hostId('h1'), 'd1'));
     assert.ok((await device.query(deviceStateQuery)).current, 'still held: the release never reached it');
     await sched.terminate('test: scheduler lost');
