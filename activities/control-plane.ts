@@ -421,9 +421,11 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
         if (batch.length >= RECOVERY_BATCH || batchBytes >= RECOVERY_BATCH_BYTES) await flush();
       };
       /**
-       * Every batched task as the scheduler holds it (queued, or holding a device), or else looked
-       * at again once the scheduler takes no more: still waiting, it is asked itself. A batch a
-       * worker from before took (it has no handler for it, and drops it) loses no task.
+       * Every batched task as the scheduler holds it (queued, or holding a device), or waiting for
+       * nothing now (read from the task in a round the scheduler took no more: it ran meanwhile, or
+       * ended); any other, still waiting once the scheduler has taken nothing for
+       * RECOVERY_CONFIRM_IDLE_MS, is asked itself. A batch a worker from before took (it has no
+       * handler for it, and drops it) loses no task.
        */
       const confirmBatched = async (): Promise<void> => {
         let missing = [...batched];
@@ -446,9 +448,23 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
           if (missing.length < fewest) {
             fewest = missing.length;
             progressAt = Date.now();
+          } else if (missing.length <= RECOVERY_CONFIRM_READ_MAX) {
+            // The scheduler took no more this round: a task that waits for nothing now (it ran
+            // meanwhile, or ended) is settled, and no idle wait is kept for it. Those still waiting
+            // wait on (their batch may still be on its way).
+            const waits = new Map<string, boolean>();
+            await inLots(missing, async (id) => {
+              const waiting = await readEnqueue(id).then(
+                (req) => req !== null,
+                (err: unknown) => !(err instanceof WorkflowNotFoundError),
+              );
+              waits.set(id, waiting);
+            });
+            missing = missing.filter((id) => waits.get(id));
+            fewest = missing.length;
           }
         }
-        // Mostly tasks that ran meanwhile (they wait for nothing now).
+        // Tasks still not in the scheduler once it takes no more: asked themselves if they still wait.
         for (const id of missing) told.delete(id);
         await tell(missing, askIfWaiting);
       };
@@ -587,6 +603,8 @@ const RECOVERY_BATCH_BYTES = 256 * 1024;
 /** `recoverPool` checks the scheduler took its batches this often, until it takes no more for the second. */
 const RECOVERY_CONFIRM_EVERY_MS = 5_000;
 const RECOVERY_CONFIRM_IDLE_MS = 20_000;
+/** At most this many batched tasks missing from the scheduler are read in a round it took no more (beyond it, only at the end). */
+const RECOVERY_CONFIRM_READ_MAX = 1_000;
 /** How long `recoverPool` waits before its second look (visibility lags behind the workflows). */
 const RECOVERY_SECOND_LOOK_MS = 5_000;
 /** How many more rounds `recoverPool` gives the signals that failed (2, 4, 8, 10, 10 s apart) before it starts over. */

@@ -270,6 +270,22 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
     assert.equal(d1.reservations, 1);
   });
 
+  it('A recovery whose batched task ran and ended before its check of the batch reads that the task waits for nothing, and does not wait out the idle time', async () => {
+    f = await startFleet('recover-ran-meanwhile');
+    const { view, inQueue, recovery } = await queuedThenSchedulerLost(f);
+    await eventually(inQueue, 'the task queued again in the new run (the batch applied)');
+    await runsOnceOnNewDevice(f, view.taskId);
+    const r = await recovery.result();
+    assert.deepEqual([r.tasks, r.failed], [1, 0]);
+    assert.equal(await signalled(f.client.workflow.getHandle(taskWorkflowId(view.taskId)), 'requeueTask'), false);
+    // Its second look comes 5 s in, its first check of the batch 5 s later, when the task has
+    // ended. Not read, the task would be kept missing until the scheduler took nothing for 20 s
+    // (RECOVERY_CONFIRM_IDLE_MS): 25 s at the least.
+    const d = await recovery.describe();
+    const tookMs = d.closeTime!.getTime() - d.startTime.getTime();
+    assert.ok(tookMs < 25_000, `the recovery took ${tookMs} ms`);
+  });
+
   it('A task whose recovery signal fails three times is asked again at the end of the recovery, and runs', async () => {
     // The control plane's client refuses every batch of enqueues (the recovery then asks each task
     // itself) and the first four `requeueTask` signals to each task: three tries, then a late round.
