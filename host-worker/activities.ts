@@ -4,10 +4,17 @@
  * key and its result, reports and failures-that-matter are signed with this host's key, so a
  * worker polling someone else's queue can neither read the work nor forge its outcome.
  * The activity's heartbeat timeout is the lease: heartbeats renew it, and a lost lease (or a
- * cancelled task) aborts the runner.
+ * cancelled task) aborts the runner. The host sends those heartbeats itself and reads each answer,
+ * so a run whose lease it can no longer prove stops before the server times it out (lease.ts).
  */
 import { Context } from '@temporalio/activity';
-import type { Client } from '@temporalio/client';
+import {
+  ActivityCancelledError,
+  ActivityNotFoundError,
+  ActivityPausedError,
+  ActivityResetError,
+  type Client,
+} from '@temporalio/client';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { ErrorType, Reason } from '../workflows/errors';
 import { SignDomain } from '../workflows/identity';
@@ -25,7 +32,7 @@ import type { DeviceClaims } from './claims';
 import type { Journal } from './journal';
 import { UnknownDefinitionError, type RunResult, type Runners } from './runners';
 import type { HostLog } from './logging';
-import type { ServerContact } from './contact';
+import { leaseTimings, ProvenLease } from './lease';
 
 export interface HostActivities {
   runAssignment(sealed: Sealed<HostAssignment>): Promise<SignedRunOutcome>;
@@ -57,11 +64,6 @@ export interface HostActivityDeps {
   journal?: Pick<Journal, 'add' | 'remove'>;
   /** Each message with its level (info when left out). */
   log?: HostLog;
-  /**
-   * When the host last heard from the server (contact.ts): a run without contact for a whole lease
-   * stops its runner (self-fencing), since the server has timed its attempt out by then.
-   */
-  contact?: ServerContact;
 }
 
 const isStale = (err: unknown): boolean => {
@@ -120,17 +122,12 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
       if (notNow) return refuse(Reason.DeviceUnavailable, notNow, true);
       let seq = 0;
       let lastMessage = '';
-      // Renew the lease until the very end (reports included), and while waiting for the device. No
-      // heartbeat at the start: the lease runs from the activity's start anyway, and each heartbeat
-      // that reaches the server is billed.
-      const heartbeat = () => ctx.heartbeat({ seq, message: lastMessage });
       /** The result's progress fields (a run shorter than reportDelayMs sent no progress report). */
       const progressSoFar = () => ({ lastProgressSeq: seq, ...(seq > 0 ? { lastProgress: lastMessage } : {}) });
-      const renew = setInterval(heartbeat, Math.max(100, Math.floor(a.leaseTimeoutMs / 3)));
       // Aborted when a newer attempt is given this device, a report is refused as stale, or the
-      // host lost contact with the server for a whole lease.
+      // host can no longer prove its lease (no heartbeat answered for most of a lease).
       const superseded = new AbortController();
-      /** Why the run stopped itself when it lost contact (the attempt's failure says so). */
+      /** Why the run stopped itself when it lost its lease (the attempt's failure says so). */
       let fenced: string | undefined;
       const holder = {
         stop: (reason: string, level: 'info' | 'warn' = 'info') => {
@@ -140,25 +137,58 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
         },
       };
       const staleLease = () => ApplicationFailure.nonRetryable(fenced ?? 'lease superseded', ErrorType.StaleLease);
-      // Self-fencing: the task came from the server just now, so the run starts with contact.
-      const since = Date.now();
-      const contact = deps.contact;
-      const unhold = contact?.hold(a.leaseTimeoutMs);
-      const fence = contact
-        ? setInterval(
-            () => {
-              const silent = contact.lost(since, a.leaseTimeoutMs);
-              if (silent === undefined || superseded.signal.aborted) return;
-              fenced = `lease lost: no contact with the Temporal server for ${silent} ms (lease ${a.leaseTimeoutMs} ms)`;
-              holder.stop(fenced, 'warn');
+      const loseLease = (why: string) => {
+        fenced = `lease lost: ${why} (lease ${a.leaseTimeoutMs} ms)`;
+        holder.stop(fenced, 'warn');
+      };
+
+      // Renew the lease until the very end (reports included), and while waiting for the device. No
+      // heartbeat at the start: the lease runs from the activity's start anyway, and each heartbeat
+      // that reaches the server is billed. Sent by this host's client rather than the SDK's
+      // heartbeat, so that the answer shows which ones arrived (lease.ts); each carries the latest line.
+      const timings = leaseTimings(a.leaseTimeoutMs);
+      const lease = new ProvenLease(a.leaseTimeoutMs, Date.now());
+      let over = false;
+      let beating = false;
+      const heartbeat = () => {
+        if (beating || over || superseded.signal.aborted) return;
+        beating = true;
+        const sentAt = Date.now();
+        const details = { seq, message: lastMessage };
+        withTimeout(deps.client.activity.heartbeat(ctx.info.taskToken, details), timings.beatDeadlineMs)
+          .then(
+            () => lease.answered(sentAt),
+            (err: unknown) => {
+              if (over) return;
+              if (
+                err instanceof ActivityCancelledError ||
+                err instanceof ActivityPausedError ||
+                err instanceof ActivityResetError
+              ) {
+                // Received, so the lease holds; the answer asks the run to stop. The SDK's own
+                // heartbeat brings that to this activity the way the SDK delivers it
+                // (ctx.cancellationSignal, and the outcome it reports for a cancel, pause or reset).
+                lease.answered(sentAt);
+                ctx.heartbeat(details);
+              } else if (err instanceof ActivityNotFoundError) {
+                loseLease(`the Temporal server no longer has attempt ${a.attempt} (timed out, or ended)`);
+              }
+              // Anything else: not answered; the lease counts from the last heartbeat that was.
             },
-            Math.max(50, Math.floor(a.leaseTimeoutMs / 8)),
           )
-        : undefined;
+          .finally(() => (beating = false));
+      };
+      const renew = setInterval(heartbeat, timings.beatEveryMs);
+      // Self-fencing: stop before the server can time the lease out (lease.ts).
+      const fence = setInterval(() => {
+        const silent = lease.lost(Date.now());
+        if (silent !== undefined && !superseded.signal.aborted)
+          loseLease(`no heartbeat answered by the Temporal server for ${silent} ms`);
+      }, timings.checkEveryMs);
       const stopTimers = () => {
+        over = true;
         clearInterval(renew);
         clearInterval(fence);
-        unhold?.();
       };
       let claimed: boolean;
       try {
@@ -207,14 +237,10 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
         const report = (r: Pick<AttemptReport, 'kind' | 'at' | 'seq' | 'message' | 'claimedAt'>) => {
           const body = { ...r, taskId: a.taskId, attempt: a.attempt, leaseId: a.leaseId, hostId };
           const full: AttemptReport = { ...body, sig: sign(deps.credential, SignDomain.Report, body) };
-          const sentAt = Date.now();
           return withTimeout(
             task.executeUpdate(reportAttemptUpdate, { args: [full] }),
             Math.max(1_000, Math.floor(a.leaseTimeoutMs / 2)),
-          ).then((r) => {
-            contact?.noteContact(sentAt);
-            return r;
-          });
+          );
         };
 
         log('assignment claimed', { taskId: a.taskId, attempt: a.attempt, deviceId: a.deviceId });
@@ -261,8 +287,7 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
           },
           progress: (message: string) => {
             seq++;
-            lastMessage = message.slice(0, 500);
-            heartbeat();
+            lastMessage = message.slice(0, 500); // the next heartbeat carries it
             if (reportsOpen && !progressTimer) progressTimer = setTimeout(sendProgress, deps.progressIntervalMs);
           },
         };

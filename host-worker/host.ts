@@ -23,7 +23,6 @@ import { createHostSessionActivities } from './session';
 import { sign, type HostCredential } from './identity';
 import { groupAlive, terminateProcessGroup } from './process-group';
 import { describeError } from '../control-plane/log';
-import { ServerContact } from './contact';
 import { DeviceClaims } from './claims';
 import type { DeviceDriver } from './drivers';
 import { stillSameProcess, type Journal, type JournalEntry } from './journal';
@@ -130,11 +129,6 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
   let unvouched = false;
   const bootId = randomUUID();
   const client = new Client({ connection: opts.clientConnection, namespace });
-  /** Self-fencing (contact.ts): probes the server while runs are on, so a cut-off host stops them. */
-  const contact = new ServerContact({
-    probe: (deadline) => client.connection.withDeadline(deadline, () => client.workflowService.getSystemInfo({})),
-    log,
-  });
   const discover = async () => (opts.driver ? await opts.driver.discover() : (opts.devices ?? []));
   let devices = new Map((await discover()).map((d) => [d.deviceId, d]));
 
@@ -230,7 +224,6 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
         claims,
         journal: opts.journal,
         log,
-        contact,
       }),
     },
     // A worker's slot count is fixed when it is created, and a host's devices are not (a lab

@@ -577,7 +577,7 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
     await f.fleet.cancel(taskId).catch(() => undefined);
   });
 
-  it('A host cut off from the server (network partition) stops its run once the lease is gone, not when the partition ends', async () => {
+  it('A host cut off from the server (network partition) stops its run before the server can time its lease out, so the retry elsewhere never overlaps it', async () => {
     f = await startFleet('cut-off');
     const proxy = await startPartitionableProxy(testEnv().address);
     const workerConnection = await NativeConnection.connect({ address: proxy.address });
@@ -604,19 +604,21 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
       await deviceKnown(1);
       const { taskId } = await f.fleet.submit({ goal: 'long', policy: { leaseTimeoutMs: 2_000, maxAttempts: 2 } });
       await f.waitForStatus(taskId, 'running');
+      // An idle device elsewhere from before the cut: the retry starts there as soon as the server
+      // times attempt 1 out, so h1's run must be over by then.
+      let rescuedAt: number | undefined;
+      await f.addHost('h2', [{ deviceId: 'd2' }], {
+        runners: recordingRunners({
+          override: async (ctx) => {
+            rescuedAt = Date.now();
+            ctx.started();
+            return { status: 'done', output: 'rescued' };
+          },
+        }).runners,
+      });
+      await deviceKnown(2);
       const cutAt = Date.now();
       proxy.cut();
-      await eventually(async () => (stoppedAt !== undefined ? true : undefined), 'the cut-off run stopped', 30_000);
-      const after = stoppedAt! - cutAt;
-      // Not before its lease could be gone (the last probe answered at most a quarter lease before
-      // the cut), and within about a lease of the last answer: by then the server has timed the
-      // attempt out and the retry may start elsewhere. (Without the host's own check the SDK cancels
-      // the run itself only after about three leases here: 6.1-6.5 s with this 2 s lease.)
-      assert.ok(after >= 1_000 && after < 4_000, `stopped ${after} ms after the cut`);
-      assert.equal(held.calls.length, 1);
-      assert.equal(held.calls[0].aborted, true);
-      // The retry runs elsewhere while h1 is still cut off; h1's run is already over.
-      await rescueHost('h2', 'd2');
       const t = await f.waitForStatus(taskId, 'done', 30_000);
       assert.deepEqual(
         t.attempts.map((x) => [x.hostId, x.outcome]),
@@ -625,6 +627,18 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
           [f.hostId('h2'), 'done'],
         ],
       );
+      assert.ok(stoppedAt !== undefined, 'the cut-off run stopped while h1 was still cut off');
+      // h1 stops by the time its last acknowledged heartbeat's lease runs out (before the server's
+      // timer, which runs from that heartbeat's arrival), so never after the retry started. (With
+      // the fence counted from any contact, as before, h1 stopped 1.5-2.3 s after the cut while the
+      // server timed the attempt out up to 1.6 s earlier: its SDK heartbeats go out 0.8 lease apart.)
+      assert.ok(
+        stoppedAt! < rescuedAt!,
+        `h1 stopped ${stoppedAt! - cutAt} ms after the cut, the retry on h2 started ${rescuedAt! - cutAt} ms after it`,
+      );
+      assert.ok(stoppedAt! - cutAt < 2_000, `stopped ${stoppedAt! - cutAt} ms after the cut (lease 2 s)`);
+      assert.equal(held.calls.length, 1);
+      assert.equal(held.calls[0].aborted, true);
       proxy.heal();
       await h1.stop();
     } finally {

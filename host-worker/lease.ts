@@ -1,0 +1,66 @@
+/**
+ * A run's lease as the host can prove it, for self-fencing.
+ *
+ * The lease is the activity's heartbeat timeout: the server times the attempt out a lease after the
+ * last heartbeat that reached it, and the task retries elsewhere at once. A host cut off from the
+ * server (a network partition, a NAT gateway that dropped its flows) cannot see that happen, so it
+ * must stop its runner before it can: otherwise the task runs twice at once.
+ *
+ * The SDK's own heartbeats cannot tell the host which of them arrived (and it sends them only 0.8
+ * lease apart), and any other contact with the server (a probe, a report) renews nothing. So the
+ * host sends its heartbeats itself and waits for each answer: a heartbeat answered was received
+ * after it was sent, so the server's timer cannot fire before `sent + lease`. The run stops at
+ * `sent + fenceAfterMs` of the last answered one, checked every `checkEveryMs`: always some time
+ * before the server's timer, with three heartbeats (a quarter lease apart) sent in between, so
+ * two may fail or be slow without stopping a healthy run. Before the first answer the lease counts from when the activity reached the host,
+ * just after the server started its timer.
+ */
+export interface LeaseTimings {
+  /** Between heartbeats. */
+  beatEveryMs: number;
+  /** How long one heartbeat may take to be answered before it counts as not answered. */
+  beatDeadlineMs: number;
+  /** From the sending of the last answered heartbeat to the run stopping itself. */
+  fenceAfterMs: number;
+  /** How often the run checks whether its lease is gone. */
+  checkEveryMs: number;
+}
+
+export function leaseTimings(leaseMs: number): LeaseTimings {
+  const beatEveryMs = Math.max(1, Math.floor(leaseMs / 4));
+  return {
+    beatEveryMs,
+    beatDeadlineMs: beatEveryMs,
+    fenceAfterMs: Math.floor(leaseMs * 0.8),
+    checkEveryMs: Math.max(1, Math.floor(leaseMs / 40)),
+  };
+}
+
+/** The lease as proven by answered heartbeats: when it began and whether it is gone. */
+export class ProvenLease {
+  private from: number;
+
+  constructor(
+    private readonly leaseMs: number,
+    /** When the activity reached the host (the server started its timer just before). */
+    receivedAt: number,
+  ) {
+    this.from = receivedAt;
+  }
+
+  /** A heartbeat sent at `sentAt` was answered. */
+  answered(sentAt: number): void {
+    if (sentAt > this.from) this.from = sentAt;
+  }
+
+  /** When the lease was last proven (the sending of the last answered heartbeat). */
+  provenAt(): number {
+    return this.from;
+  }
+
+  /** How long without an answered heartbeat, once that is long enough to stop the run; else undefined. */
+  lost(now: number): number | undefined {
+    const silent = now - this.from;
+    return silent >= leaseTimings(this.leaseMs).fenceAfterMs ? silent : undefined;
+  }
+}

@@ -1,0 +1,37 @@
+/**
+ * Self-fencing's clock (host-worker/lease.ts) without a server: when a run counts its lease as lost.
+ * The host cut off from a real server is in seed-000-003-leases.test.ts.
+ */
+import assert from 'node:assert/strict';
+import { leaseTimings, ProvenLease } from '../../host-worker/lease';
+
+describe('host lease clock (self-fencing)', () => {
+  for (const leaseMs of [1_000, 2_000, 20_000, 300_000]) {
+    it(`lease ${leaseMs} ms: the run stops before the server's timer, with heartbeats left to renew it`, () => {
+      const t = leaseTimings(leaseMs);
+      // The latest a run notices it lost the lease is still before the server can time it out
+      // (its timer runs a lease from the arrival of the last answered heartbeat, after its sending).
+      assert.ok(t.fenceAfterMs + t.checkEveryMs < leaseMs, JSON.stringify(t));
+      // After one answered heartbeat, at least two more go out (and may be answered) before the stop.
+      assert.ok(Math.floor((t.fenceAfterMs - t.beatDeadlineMs) / t.beatEveryMs) >= 2, JSON.stringify(t));
+    });
+  }
+
+  it('counts from the activity reaching the host until a heartbeat is answered, then from its sending', () => {
+    const lease = new ProvenLease(2_000, 10_000);
+    assert.equal(lease.lost(11_500), undefined);
+    assert.equal(lease.lost(11_600), 1_600); // 0.8 lease without an answered heartbeat
+    lease.answered(11_000);
+    assert.equal(lease.provenAt(), 11_000);
+    assert.equal(lease.lost(12_500), undefined);
+    assert.equal(lease.lost(12_600), 1_600);
+  });
+
+  it('an answer that arrives late for an older heartbeat does not move the lease back', () => {
+    const lease = new ProvenLease(2_000, 0);
+    lease.answered(1_000);
+    lease.answered(500);
+    assert.equal(lease.provenAt(), 1_000);
+    assert.equal(lease.lost(2_599), undefined);
+  });
+});
