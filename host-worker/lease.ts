@@ -12,8 +12,8 @@
  * after it was sent, so the server's timer cannot fire before `sent + lease`. The run stops at
  * `sent + fenceAfterMs` of the last answered one, checked every `checkEveryMs`: always some time
  * before the server's timer, with three heartbeats (a quarter lease apart) sent in between, so
- * two may fail or be slow without stopping a healthy run. Before the first answer the lease counts from when the activity reached the host,
- * just after the server started its timer.
+ * two may fail or be slow without stopping a healthy run. Before the first answer the lease counts
+ * from when the activity reached the host, just after the server started its timer.
  */
 export interface LeaseTimings {
   /** Between heartbeats. */
