@@ -155,7 +155,8 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
         beating = true;
         const sentAt = Date.now();
         const details = { seq, message: lastMessage };
-        withTimeout(deps.client.activity.heartbeat(ctx.info.taskToken, details), timings.beatDeadlineMs)
+        const sent = Promise.resolve().then(() => deps.client.activity.heartbeat(ctx.info.taskToken, details));
+        withTimeout(sent, timings.beatDeadlineMs)
           .then(
             () => lease.answered(sentAt),
             (err: unknown) => {
