@@ -39,13 +39,15 @@ export function leaseTimings(leaseMs: number): LeaseTimings {
 /** The lease as proven by answered heartbeats: when it began and whether it is gone. */
 export class ProvenLease {
   private from: number;
+  private readonly fenceAfterMs: number;
 
   constructor(
-    private readonly leaseMs: number,
+    leaseMs: number,
     /** When the activity reached the host (the server started its timer just before). */
     receivedAt: number,
   ) {
     this.from = receivedAt;
+    this.fenceAfterMs = leaseTimings(leaseMs).fenceAfterMs;
   }
 
   /** A heartbeat sent at `sentAt` was answered. */
@@ -61,6 +63,6 @@ export class ProvenLease {
   /** How long without an answered heartbeat, once that is long enough to stop the run; else undefined. */
   lost(now: number): number | undefined {
     const silent = now - this.from;
-    return silent >= leaseTimings(this.leaseMs).fenceAfterMs ? silent : undefined;
+    return silent >= this.fenceAfterMs ? silent : undefined;
   }
 }

@@ -141,10 +141,12 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
   };
   const processHost = (name: string, deviceId: string, more: string[] = []) => f!.spawnHost(name, [deviceId, ...more]);
   /** A live in-process host whose runner finishes every attempt at once ('rescued'). */
-  const rescueHost = (name: string, deviceId: string) =>
+  /** A host whose runs end done at once; `onRun` is told when each one reaches it. */
+  const rescueHost = (name: string, deviceId: string, onRun?: () => void) =>
     f!.addHost(name, [{ deviceId }], {
       runners: recordingRunners({
         override: async (ctx) => {
+          onRun?.();
           ctx.started();
           return { status: 'done', output: 'rescued' };
         },
@@ -607,15 +609,7 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
       // An idle device elsewhere from before the cut: the retry starts there as soon as the server
       // times attempt 1 out, so h1's run must be over by then.
       let rescuedAt: number | undefined;
-      await f.addHost('h2', [{ deviceId: 'd2' }], {
-        runners: recordingRunners({
-          override: async (ctx) => {
-            rescuedAt = Date.now();
-            ctx.started();
-            return { status: 'done', output: 'rescued' };
-          },
-        }).runners,
-      });
+      await rescueHost('h2', 'd2', () => (rescuedAt = Date.now()));
       await deviceKnown(2);
       const cutAt = Date.now();
       proxy.cut();
@@ -630,8 +624,8 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
       assert.ok(stoppedAt !== undefined, 'the cut-off run stopped while h1 was still cut off');
       // h1 stops by the time its last acknowledged heartbeat's lease runs out (before the server's
       // timer, which runs from that heartbeat's arrival), so never after the retry started. (With
-      // the fence counted from any contact, as before, h1 stopped 1.5-2.3 s after the cut while the
-      // server timed the attempt out up to 1.6 s earlier: its SDK heartbeats go out 0.8 lease apart.)
+      // the fence counted from any contact, as before, one run in three failed here: h1 stopped
+      // 1,972 ms after the cut, the retry on h2 started at 1,837 ms.)
       assert.ok(
         stoppedAt! < rescuedAt!,
         `h1 stopped ${stoppedAt! - cutAt} ms after the cut, the retry on h2 started ${rescuedAt! - cutAt} ms after it`,
