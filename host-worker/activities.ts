@@ -30,7 +30,7 @@ import type {
 import { sign, type HostCredential } from './identity';
 import type { DeviceClaims } from './claims';
 import type { Journal } from './journal';
-import { UnknownDefinitionError, type RunResult, type Runners } from './runners';
+import { StopWithin, UnknownDefinitionError, type RunResult, type Runners } from './runners';
 import type { HostLog } from './logging';
 import { leaseTimings, ProvenLease } from './lease';
 
@@ -129,32 +129,43 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
       const superseded = new AbortController();
       /** Why the run stopped itself when it lost its lease (the attempt's failure says so). */
       let fenced: string | undefined;
-      const holder = {
-        stop: (reason: string, level: 'info' | 'warn' = 'info') => {
-          if (superseded.signal.aborted) return;
-          log('runner asked to stop', { taskId: a.taskId, attempt: a.attempt, deviceId: a.deviceId, reason }, level);
-          superseded.abort(new Error(reason));
-        },
+      const stopRun = (reason: Error, level: 'info' | 'warn' = 'info') => {
+        if (superseded.signal.aborted) return;
+        const fields = { taskId: a.taskId, attempt: a.attempt, deviceId: a.deviceId, reason: reason.message };
+        log(
+          'runner asked to stop',
+          reason instanceof StopWithin ? { ...fields, withinMs: reason.withinMs } : fields,
+          level,
+        );
+        superseded.abort(reason);
       };
+      const holder = { stop: (reason: string) => stopRun(new Error(reason)) };
       const staleLease = () => ApplicationFailure.nonRetryable(fenced ?? 'lease superseded', ErrorType.StaleLease);
-      const loseLease = (why: string) => {
+      /** The run must be gone within `withinMs`: the server may time the attempt out then (or already has). */
+      const loseLease = (why: string, withinMs: number) => {
         fenced = `lease lost: ${why} (lease ${a.leaseTimeoutMs} ms)`;
-        holder.stop(fenced, 'warn');
+        stopRun(new StopWithin(fenced, withinMs), 'warn');
       };
 
       // Renew the lease until the very end (reports included), and while waiting for the device. No
       // heartbeat at the start: the lease runs from the activity's start anyway, and each heartbeat
-      // that reaches the server is billed. Sent by this host's client rather than the SDK's
-      // heartbeat, so that the answer shows which ones arrived (lease.ts); each carries the latest line.
+      // that reaches the server is billed. Sent by this host's client, so that the answer shows
+      // which ones arrived (lease.ts); each carries the latest line.
+      //
+      // The SDK's heartbeat is given each one too. Its worker cancels an activity that has not sent
+      // one of *its* heartbeats for a lease + 5 s (a local timer that only they reset), which would
+      // end every run longer than that; it sends at most one per 0.8 lease of those it is given.
       const timings = leaseTimings(a.leaseTimeoutMs);
-      const lease = new ProvenLease(a.leaseTimeoutMs, Date.now());
+      const lease = new ProvenLease(a.leaseTimeoutMs, performance.now());
       let over = false;
       let beating = false;
       const heartbeat = () => {
-        if (beating || over || superseded.signal.aborted) return;
-        beating = true;
-        const sentAt = Date.now();
+        if (over || superseded.signal.aborted) return;
         const details = { seq, message: lastMessage };
+        ctx.heartbeat(details);
+        if (beating) return;
+        beating = true;
+        const sentAt = performance.now();
         const sent = Promise.resolve().then(() => deps.client.activity.heartbeat(ctx.info.taskToken, details));
         withTimeout(sent, timings.beatDeadlineMs)
           .then(
@@ -172,7 +183,8 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
                 lease.answered(sentAt);
                 ctx.heartbeat(details);
               } else if (err instanceof ActivityNotFoundError) {
-                loseLease(`the Temporal server no longer has attempt ${a.attempt} (timed out, or ended)`);
+                // Its retry may already be running: no grace.
+                loseLease(`the Temporal server no longer has attempt ${a.attempt} (timed out, or ended)`, 0);
               }
               // Anything else: not answered; the lease counts from the last heartbeat that was.
             },
@@ -182,9 +194,10 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
       const renew = setInterval(heartbeat, timings.beatEveryMs);
       // Self-fencing: stop before the server can time the lease out (lease.ts).
       const fence = setInterval(() => {
-        const silent = lease.lost(Date.now());
+        const now = performance.now();
+        const silent = lease.lost(now);
         if (silent !== undefined && !superseded.signal.aborted)
-          loseLease(`no heartbeat answered by the Temporal server for ${silent} ms`);
+          loseLease(`no heartbeat answered by the Temporal server for ${Math.round(silent)} ms`, lease.stopWithin(now));
       }, timings.checkEveryMs);
       const stopTimers = () => {
         over = true;

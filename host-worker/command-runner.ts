@@ -5,7 +5,8 @@
  *
  * Every command is started from an argv array, never through a shell, in its own process group
  * (`detached: true`). The run owns that group: on abort or timeout the whole group gets SIGTERM,
- * then SIGKILL after `killGraceMs`; when the command exits on its own, whatever it left running in
+ * then SIGKILL after `killGraceMs` (sooner when the abort's reason is a `StopWithin`: a lost lease
+ * leaves less time than that); when the command exits on its own, whatever it left running in
  * its group is terminated the same way, so nothing outlives the run on the device. (A process that
  * moves itself to another group or session, e.g. with setsid, escapes this; so does everything when
  * the host agent itself is SIGKILLed, which is what the journal's pid is for: see
@@ -38,8 +39,8 @@ import { statSync } from 'node:fs';
 import { StringDecoder } from 'node:string_decoder';
 import type { WorkflowStep } from '../workflows/types';
 import { childProcessEnv } from './drivers/util';
-import { groupAlive, terminateProcessGroup } from './process-group';
-import type { GoalRunner, RunContext, RunResult } from './runners';
+import { groupAlive, signalGroup, terminateProcessGroup } from './process-group';
+import { stopGraceMs, type GoalRunner, type RunContext, type RunResult } from './runners';
 
 export interface ExitCodes {
   done: number[];
@@ -227,6 +228,8 @@ export function runProcess(argv: readonly string[], o: RunProcessOptions): Promi
     let stopping: ProcessEnd | undefined;
     let terminating: Promise<unknown> | undefined;
     let timer: NodeJS.Timeout | undefined;
+    /** SIGKILL at the deadline of an abort that has one (a lost lease), whatever stage the stop is at. */
+    let deadline: NodeJS.Timeout | undefined;
     const closed = new Promise<void>((r) => child.once('close', () => r()));
     const splitters = [new LineSplitter(maxLineLength), new LineSplitter(maxLineLength)];
     const emit = (line: string) => gate.line(line);
@@ -243,6 +246,7 @@ export function runProcess(argv: readonly string[], o: RunProcessOptions): Promi
       if (settled) return;
       settled = true;
       clearTimeout(timer);
+      clearTimeout(deadline);
       o.signal.removeEventListener('abort', onAbort);
       for (const s of splitters) s.end(emit);
       gate.flush();
@@ -253,7 +257,15 @@ export function runProcess(argv: readonly string[], o: RunProcessOptions): Promi
       stopping = why;
       terminating ??= terminateProcessGroup(pid, o.killGraceMs);
     };
-    const onAbort = () => stop({ end: 'aborted', reason: o.signal.reason });
+    const onAbort = () => {
+      const graceMs = stopGraceMs(o.signal.reason, o.killGraceMs);
+      if (graceMs < o.killGraceMs && pid !== undefined) {
+        deadline = setTimeout(() => {
+          if (groupAlive(pid)) signalGroup(pid, 'SIGKILL');
+        }, graceMs);
+      }
+      stop({ end: 'aborted', reason: o.signal.reason });
+    };
     o.signal.addEventListener('abort', onAbort, { once: true });
 
     child.once('error', (err) => {

@@ -14,6 +14,13 @@
  * before the server's timer, with three heartbeats (a quarter lease apart) sent in between, so
  * two may fail or be slow without stopping a healthy run. Before the first answer the lease counts
  * from when the activity reached the host, just after the server started its timer.
+ *
+ * Stopping takes time: a command gets SIGTERM and, after its `killGraceMs`, SIGKILL. A stop for a
+ * lost lease must be complete by `sent + killAfterMs` whatever that grace says, so the runner is
+ * given what is left until then (a `StopWithin` abort reason) and SIGKILLs its command by it.
+ *
+ * Times are read from a monotonic clock (`performance.now()`), so a step of the system clock
+ * neither ends a healthy run nor keeps a cut-off one going.
  */
 export interface LeaseTimings {
   /** Between heartbeats. */
@@ -24,6 +31,8 @@ export interface LeaseTimings {
   fenceAfterMs: number;
   /** How often the run checks whether its lease is gone. */
   checkEveryMs: number;
+  /** From the sending of the last answered heartbeat to the run being gone (its command SIGKILLed). */
+  killAfterMs: number;
 }
 
 export function leaseTimings(leaseMs: number): LeaseTimings {
@@ -33,6 +42,7 @@ export function leaseTimings(leaseMs: number): LeaseTimings {
     beatDeadlineMs: beatEveryMs,
     fenceAfterMs: Math.floor(leaseMs * 0.8),
     checkEveryMs: Math.max(1, Math.floor(leaseMs / 40)),
+    killAfterMs: Math.floor(leaseMs * 0.9),
   };
 }
 
@@ -40,6 +50,7 @@ export function leaseTimings(leaseMs: number): LeaseTimings {
 export class ProvenLease {
   private from: number;
   private readonly fenceAfterMs: number;
+  private readonly killAfterMs: number;
 
   constructor(
     leaseMs: number,
@@ -47,7 +58,7 @@ export class ProvenLease {
     receivedAt: number,
   ) {
     this.from = receivedAt;
-    this.fenceAfterMs = leaseTimings(leaseMs).fenceAfterMs;
+    ({ fenceAfterMs: this.fenceAfterMs, killAfterMs: this.killAfterMs } = leaseTimings(leaseMs));
   }
 
   /** A heartbeat sent at `sentAt` was answered. */
@@ -64,5 +75,10 @@ export class ProvenLease {
   lost(now: number): number | undefined {
     const silent = now - this.from;
     return silent >= this.fenceAfterMs ? silent : undefined;
+  }
+
+  /** How long a run stopped at `now` for a lost lease has left to be gone (0 when already late). */
+  stopWithin(now: number): number {
+    return Math.max(0, this.from + this.killAfterMs - now);
   }
 }

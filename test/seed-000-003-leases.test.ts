@@ -35,6 +35,10 @@ import type { ReservationRequest } from '../workflows/types';
 import { controlPlaneDataConverter } from '../control-plane/worker';
 import { signalKeysFromEnv } from '../control-plane/signal-auth';
 import { recordingRunners } from './helpers/runners';
+import { createCommandGoalRunner } from '../host-worker/command-runner';
+import { groupAlive } from '../host-worker/process-group';
+import type { Runners } from '../host-worker/runners';
+import { createSimRunners } from '../host-worker/sim';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -579,37 +583,33 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
     await f.fleet.cancel(taskId).catch(() => undefined);
   });
 
-  it('A host cut off from the server (network partition) stops its run before the server can time its lease out, so the retry elsewhere never overlaps it', async () => {
-    f = await startFleet('cut-off');
+  /**
+   * h1 runs a task (lease 2 s, two attempts) through `runners` behind a proxy, with an idle device
+   * on h2 from before the cut; the proxy cuts h1 off from the server. The retry starts on h2 as soon
+   * as the server times attempt 1 out. `rescued` is called as h2's run starts, so it can check that
+   * h1's run is over by then. Resolves with when the cut was and when h2's run started.
+   */
+  const cutOffDuringRun = async (name: string, runners: Runners, rescued: () => void = () => undefined) => {
+    f = await startFleet(name);
     const proxy = await startPartitionableProxy(testEnv().address);
     const workerConnection = await NativeConnection.connect({ address: proxy.address });
     const clientConnection = await Connection.connect({ address: proxy.address });
-    let stoppedAt: number | undefined;
-    const held = recordingRunners({
-      override: (ctx) =>
-        new Promise((resolve) => {
-          ctx.started();
-          ctx.signal.addEventListener('abort', () => {
-            stoppedAt = Date.now();
-            resolve({ status: 'failed', retryable: true, reason: 'stopped', message: String(ctx.signal.reason) });
-          });
-        }),
-    });
     try {
       // A long host timeout: nothing but the run's own lease ends it.
       const h1 = await f.addHost('h1', [{ deviceId: 'd1' }], {
         workerConnection,
         clientConnection,
-        runners: held.runners,
+        runners,
         hostTimeoutMs: 120_000,
       });
       await deviceKnown(1);
       const { taskId } = await f.fleet.submit({ goal: 'long', policy: { leaseTimeoutMs: 2_000, maxAttempts: 2 } });
       await f.waitForStatus(taskId, 'running');
-      // An idle device elsewhere from before the cut: the retry starts there as soon as the server
-      // times attempt 1 out, so h1's run must be over by then.
       let rescuedAt: number | undefined;
-      await rescueHost('h2', 'd2', () => (rescuedAt = Date.now()));
+      await rescueHost('h2', 'd2', () => {
+        rescuedAt = Date.now();
+        rescued();
+      });
       await deviceKnown(2);
       const cutAt = Date.now();
       proxy.cut();
@@ -621,20 +621,9 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
           [f.hostId('h2'), 'done'],
         ],
       );
-      assert.ok(stoppedAt !== undefined, 'the cut-off run stopped while h1 was still cut off');
-      // h1 stops by the time its last acknowledged heartbeat's lease runs out (before the server's
-      // timer, which runs from that heartbeat's arrival), so never after the retry started. (With
-      // the fence counted from any contact, as before, one run in three failed here: h1 stopped
-      // 1,972 ms after the cut, the retry on h2 started at 1,837 ms.)
-      assert.ok(
-        stoppedAt! < rescuedAt!,
-        `h1 stopped ${stoppedAt! - cutAt} ms after the cut, the retry on h2 started ${rescuedAt! - cutAt} ms after it`,
-      );
-      assert.ok(stoppedAt! - cutAt < 2_000, `stopped ${stoppedAt! - cutAt} ms after the cut (lease 2 s)`);
-      assert.equal(held.calls.length, 1);
-      assert.equal(held.calls[0].aborted, true);
       proxy.heal();
       await h1.stop();
+      return { cutAt, rescuedAt: rescuedAt! };
     } finally {
       proxy.heal();
       await f.stop();
@@ -645,6 +634,66 @@ describe('seeds 000 / 003: reservations, claims, leases, dispatch', () => {
       // whichever test runs then ("Channel has been shut down"). With the proxy gone, it fails.
       await proxy.close();
     }
+  };
+
+  it('A host cut off from the server (network partition) stops its run before the server can time its lease out, so the retry elsewhere never overlaps it', async () => {
+    let stoppedAt: number | undefined;
+    const held = recordingRunners({
+      override: (ctx) =>
+        new Promise((resolve) => {
+          ctx.started();
+          ctx.signal.addEventListener('abort', () => {
+            stoppedAt = Date.now();
+            resolve({ status: 'failed', retryable: true, reason: 'stopped', message: String(ctx.signal.reason) });
+          });
+        }),
+    });
+    const { cutAt, rescuedAt } = await cutOffDuringRun('cut-off', held.runners);
+    assert.ok(stoppedAt !== undefined, 'the cut-off run stopped while h1 was still cut off');
+    // h1 stops by the time its last acknowledged heartbeat's lease runs out (before the server's
+    // timer, which runs from that heartbeat's arrival), so never after the retry started. (With
+    // the fence counted from any contact, as before, one run in three failed here: h1 stopped
+    // 1,972 ms after the cut, the retry on h2 started at 1,837 ms.)
+    assert.ok(
+      stoppedAt! < rescuedAt,
+      `h1 stopped ${stoppedAt! - cutAt} ms after the cut, the retry on h2 started ${rescuedAt - cutAt} ms after it`,
+    );
+    assert.ok(stoppedAt! - cutAt < 2_000, `stopped ${stoppedAt! - cutAt} ms after the cut (lease 2 s)`);
+    assert.equal(held.calls.length, 1);
+    assert.equal(held.calls[0].aborted, true);
+  });
+
+  it("A cut-off host's command that ignores SIGTERM is SIGKILLed before the server can time the lease out, though its killGraceMs is longer than the lease", async () => {
+    let pid: number | undefined;
+    const runners: Runners = {
+      ...createSimRunners(),
+      goal: createCommandGoalRunner({
+        command: [process.execPath, '-e', "process.on('SIGTERM', () => {}); setInterval(() => {}, 1000)"],
+        goalAs: 'argument',
+        exitCodes: { done: [0], retryable: [] },
+        killGraceMs: 30_000,
+        onSpawn: (p) => {
+          pid = p;
+        },
+      }),
+    };
+    let aliveAtRescue: boolean | undefined;
+    await cutOffDuringRun('cut-off-command', runners, () => (aliveAtRescue = groupAlive(pid!)));
+    assert.ok(pid !== undefined, 'the command ran on h1');
+    // (With the 30 s grace applied to a lost lease, as before, the command was still running here.)
+    assert.equal(aliveAtRescue, false, "h1's command was still running when the retry started on h2");
+  });
+
+  it("A run far longer than its lease (2 s lease, a 9 s run: past the SDK worker's own lease + 5 s cut-off) keeps its lease to the end: done in one attempt", async () => {
+    f = await startFleet('long-run');
+    await f.addHost('h1', [{ deviceId: 'd1' }]);
+    await deviceKnown();
+    const { taskId } = await f.fleet.submit({
+      goal: 'long [sim duration=9000]',
+      policy: { leaseTimeoutMs: 2_000, maxAttempts: 1 },
+    });
+    const t = await f.fleet.wait(taskId, { timeoutMs: 60_000 });
+    assert.deepEqual([t.status, t.attempts.map((x) => x.outcome)], ['done', ['done']], JSON.stringify(t.result));
   });
 
   it('Lease expires at the attempt limit: failed, reason lease_expired, reservation released', async () => {

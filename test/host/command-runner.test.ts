@@ -10,7 +10,7 @@ import {
   ProgressGate,
   type CommandGoalRunnerOptions,
 } from '../../host-worker/command-runner';
-import { createStepsRunner, UnknownDefinitionError } from '../../host-worker/runners';
+import { createStepsRunner, StopWithin, stopGraceMs, UnknownDefinitionError } from '../../host-worker/runners';
 import type { WorkflowStep } from '../../workflows/types';
 import { node, processAlive, recordingContext, tempDirs, waitFor } from './helpers';
 
@@ -294,6 +294,46 @@ describe('host command runners', () => {
       assert.ok(elapsed < 10_000, `then killed (${elapsed} ms)`);
       assert.ok(ctx.lines.includes('ignoring SIGTERM'), 'it did get SIGTERM first');
       assert.equal(processAlive(pid), false);
+    });
+
+    it('an abort with a deadline (a lost lease, StopWithin) cuts the grace: SIGKILL by the deadline, even mid-grace', async () => {
+      const ctx = recordingContext();
+      const src = `process.on('SIGTERM', () => console.log('ignoring SIGTERM'));
+        console.log('ready ' + process.pid); setInterval(() => {}, 1000);`;
+      const running = goalRunner(src, { killGraceMs: 60_000 }).runGoal('g', ctx);
+      await waitFor(() => ctx.lines.some((l) => l.startsWith('ready ')), 10_000, 'ready');
+      const pid = Number(ctx.lines[0].split(' ')[1]);
+      ctx.controller.abort(new StopWithin('lease lost: no heartbeat answered', 300));
+      const r = await running;
+      assert.equal(r.reason, 'aborted');
+      assert.match(r.message!, /lease lost/);
+      assert.ok(ctx.lines.includes('ignoring SIGTERM'), 'it did get SIGTERM first');
+      assert.equal(processAlive(pid), false, 'killed by the deadline, not after the 60 s grace');
+    });
+
+    it('a deadline cuts the grace also for what a command left in its group after it exited', async () => {
+      const ctx = recordingContext();
+      // The leader exits at once; a grandchild in its group ignores SIGTERM.
+      const src = `const { spawn } = require('child_process');
+        const g = spawn(process.execPath, ['-e', "process.on('SIGTERM', () => {}); setInterval(() => {}, 1000)"], { stdio: 'ignore' });
+        console.log('grandchild ' + g.pid); setTimeout(() => process.exit(0), 300);`;
+      const running = goalRunner(src, { killGraceMs: 60_000 }).runGoal('g', ctx);
+      await waitFor(() => ctx.lines.some((l) => l.startsWith('grandchild ')), 10_000, 'grandchild');
+      const grandchild = Number(ctx.lines[0].split(' ')[1]);
+      await waitFor(() => ctx.startedCalls > 0, 10_000, 'started');
+      await new Promise((res) => setTimeout(res, 800)); // the leader is gone; the grace for its group runs
+      assert.equal(processAlive(grandchild), true, 'the grandchild is still in its grace');
+      ctx.controller.abort(new StopWithin('lease lost', 0));
+      await running;
+      assert.equal(processAlive(grandchild), false, 'killed at the deadline');
+    });
+
+    it('stopGraceMs: a StopWithin reason caps the grace at its deadline; any other reason leaves it', () => {
+      assert.equal(stopGraceMs(new StopWithin('x', 300), 5_000), 300);
+      assert.equal(stopGraceMs(new StopWithin('x', 9_000), 5_000), 5_000);
+      assert.equal(stopGraceMs(new StopWithin('x', -5), 5_000), 0);
+      assert.equal(stopGraceMs(new Error('cancelled'), 5_000), 5_000);
+      assert.equal(stopGraceMs(undefined, 5_000), 5_000);
     });
 
     it('does not start anything when already aborted', async () => {

@@ -14,6 +14,8 @@ describe('host lease clock (self-fencing)', () => {
       assert.ok(t.fenceAfterMs + t.checkEveryMs < leaseMs, JSON.stringify(t));
       // After one answered heartbeat, at least two more go out (and may be answered) before the stop.
       assert.ok(Math.floor((t.fenceAfterMs - t.beatDeadlineMs) / t.beatEveryMs) >= 2, JSON.stringify(t));
+      // A run stopped at the latest check still has a grace before it is killed, and is killed before the server's timer.
+      assert.ok(t.fenceAfterMs + t.checkEveryMs < t.killAfterMs && t.killAfterMs < leaseMs, JSON.stringify(t));
     });
   }
 
@@ -25,6 +27,14 @@ describe('host lease clock (self-fencing)', () => {
     assert.equal(lease.provenAt(), 11_000);
     assert.equal(lease.lost(12_500), undefined);
     assert.equal(lease.lost(12_600), 1_600);
+  });
+
+  it('a run stopped for its lease has until 0.9 lease after the last answered sending to be gone', () => {
+    const lease = new ProvenLease(2_000, 10_000);
+    assert.equal(lease.stopWithin(11_600), 200); // stopped at 0.8 lease: 0.1 lease left
+    lease.answered(11_000);
+    assert.equal(lease.stopWithin(12_650), 150);
+    assert.equal(lease.stopWithin(13_000), 0); // late: kill at once
   });
 
   it('an answer that arrives late for an older heartbeat does not move the lease back', () => {
