@@ -52,9 +52,12 @@ import {
   MAX_ATTEMPTS_LIMIT,
   MAX_TIMER_MESSAGE,
   MAX_TIMER_MS,
+  MIN_LEASE_TIMEOUT_MS,
   MIN_RESERVATION_GRACE_MS,
+  policyBoundProblems,
+  validateTaskInput,
 } from '../workflows/policy';
-import { taskWorkflowQueue, type ControlPlaneConfig } from './config';
+import { LEASE_MIN_MESSAGE, taskWorkflowQueue, timerMs, type ControlPlaneConfig } from './config';
 import { recordsPatch, signalTagFor } from './signal-auth';
 import { SIGNAL_AUTH_PATCH, SIGNAL_NAMES_PATCH } from '../workflows/authenticity';
 import { SupersededRuns } from './superseded';
@@ -131,16 +134,16 @@ export const TaskPolicyOverrideSchema = z.strictObject({
   maxDispatchFailures: z.number().int().positive().optional(),
   backoff: z
     .strictObject({
-      initialMs: z.number().int().nonnegative().optional(),
+      initialMs: timerMs().nonnegative().optional(),
       multiplier: z.number().min(1).optional(),
-      maxMs: z.number().int().nonnegative().optional(),
+      maxMs: timerMs().nonnegative().optional(),
     })
     .optional(),
-  ackTimeoutMs: z.number().int().positive().optional(),
-  leaseTimeoutMs: z.number().int().positive().optional(),
-  executionTimeoutMs: z.number().int().positive().optional(),
-  maxQueueWaitMs: z.number().int().positive().optional(),
-  reservationGraceMs: z.number().int().min(MIN_RESERVATION_GRACE_MS).optional(),
+  ackTimeoutMs: timerMs().positive().optional(),
+  leaseTimeoutMs: timerMs().min(MIN_LEASE_TIMEOUT_MS, LEASE_MIN_MESSAGE).optional(),
+  executionTimeoutMs: timerMs().positive().optional(),
+  maxQueueWaitMs: timerMs().positive().optional(),
+  reservationGraceMs: timerMs().min(MIN_RESERVATION_GRACE_MS).optional(),
 });
 const StepSchema = z.strictObject({
   name: z.string().min(1).max(200),
@@ -194,7 +197,6 @@ export interface ListFilter {
   limit?: number;
 }
 
-
 export class FleetClient {
   private readonly superseded: SupersededRuns;
 
@@ -234,7 +236,7 @@ export class FleetClient {
     const constraints = needs.length
       ? { ...v.constraints, tags: [...new Set([...v.constraints.tags, ...needs])] }
       : v.constraints;
-    return {
+    const input: TaskInput = {
       taskId: v.taskId ?? this.newId(),
       pool: v.pool ?? this.config.defaultPool,
       work:
@@ -247,6 +249,18 @@ export class FleetClient {
       policy,
       releaseViaPool: true,
     };
+    // What the task workflow would refuse (a backoff whose maxMs is below its initialMs with the
+    // defaults filled in, say) is refused here, before anything starts.
+    const problems = [...validateTaskInput(input), ...policyBoundProblems(input.policy)];
+    if (problems.length > 0) {
+      throw new ValidationError(
+        problems.map((p) => {
+          const at = p.indexOf(': ');
+          return at < 0 ? { path: '(root)', message: p } : { path: p.slice(0, at), message: p.slice(at + 2) };
+        }),
+      );
+    }
+    return input;
   }
 
   /**

@@ -12,7 +12,14 @@ import {
   isValidId,
   schedulerWorkflowId,
 } from '../workflows/ids';
-import { DEFAULT_POLICY, MAX_ATTEMPTS_LIMIT, MIN_RESERVATION_GRACE_MS } from '../workflows/policy';
+import {
+  DEFAULT_POLICY,
+  MAX_ATTEMPTS_LIMIT,
+  MAX_TIMER_MESSAGE,
+  MAX_TIMER_MS,
+  MIN_LEASE_TIMEOUT_MS,
+  MIN_RESERVATION_GRACE_MS,
+} from '../workflows/policy';
 import { hasStrategy, strategyNames } from '../workflows/strategies';
 import type { SchedulerInput } from '../workflows/scheduler';
 
@@ -35,30 +42,44 @@ const poolName = z.string().superRefine((name, ctx) => {
   if (!isValidId(name)) ctx.addIssue({ code: 'custom', message: poolNameProblem(name) });
 });
 
+/**
+ * Whole milliseconds that end up in a timer: at most MAX_TIMER_MS (a host's Node timer fires a
+ * longer one at once; the workflows' dates end soon after). Chain `.positive()` or a minimum.
+ */
+export function timerMs() {
+  return z.number().int().max(MAX_TIMER_MS, MAX_TIMER_MESSAGE);
+}
+export const LEASE_MIN_MESSAGE = `at least ${MIN_LEASE_TIMEOUT_MS} ms (the host heartbeats every quarter lease)`;
+
 export const SchedulerConfigSchema = z.strictObject({
   strategy: strategyName.default('fifo_match'),
   maxQueueDepth: z.number().int().positive().default(10_000),
-  agingMs: z.number().int().positive().default(60_000),
+  agingMs: timerMs().positive().default(60_000),
 });
 
-export const TaskPolicySchema = z.strictObject({
-  maxAttempts: z.number().int().positive().max(MAX_ATTEMPTS_LIMIT).default(DEFAULT_POLICY.maxAttempts),
-  maxDispatchFailures: z.number().int().positive().default(DEFAULT_POLICY.maxDispatchFailures),
-  backoff: z
-    .strictObject({
-      initialMs: z.number().int().nonnegative().default(DEFAULT_POLICY.backoff.initialMs),
-      multiplier: z.number().min(1).default(DEFAULT_POLICY.backoff.multiplier),
-      maxMs: z.number().int().nonnegative().default(DEFAULT_POLICY.backoff.maxMs),
-    })
-    .prefault({}),
-  ackTimeoutMs: z.number().int().positive().default(DEFAULT_POLICY.ackTimeoutMs),
-  leaseTimeoutMs: z.number().int().positive().default(DEFAULT_POLICY.leaseTimeoutMs),
-  executionTimeoutMs: z.number().int().positive().default(DEFAULT_POLICY.executionTimeoutMs),
-  /** No default: a task waits for a device as long as it takes unless told otherwise. */
-  maxQueueWaitMs: z.number().int().positive().optional(),
-  /** No default here: absent, the task holds with RESERVATION_GRACE_MS (its input as before). */
-  reservationGraceMs: z.number().int().min(MIN_RESERVATION_GRACE_MS).optional(),
-});
+export const TaskPolicySchema = z
+  .strictObject({
+    maxAttempts: z.number().int().positive().max(MAX_ATTEMPTS_LIMIT).default(DEFAULT_POLICY.maxAttempts),
+    maxDispatchFailures: z.number().int().positive().default(DEFAULT_POLICY.maxDispatchFailures),
+    backoff: z
+      .strictObject({
+        initialMs: timerMs().nonnegative().default(DEFAULT_POLICY.backoff.initialMs),
+        multiplier: z.number().min(1).default(DEFAULT_POLICY.backoff.multiplier),
+        maxMs: timerMs().nonnegative().default(DEFAULT_POLICY.backoff.maxMs),
+      })
+      .prefault({}),
+    ackTimeoutMs: timerMs().positive().default(DEFAULT_POLICY.ackTimeoutMs),
+    leaseTimeoutMs: timerMs().min(MIN_LEASE_TIMEOUT_MS, LEASE_MIN_MESSAGE).default(DEFAULT_POLICY.leaseTimeoutMs),
+    executionTimeoutMs: timerMs().positive().default(DEFAULT_POLICY.executionTimeoutMs),
+    /** No default: a task waits for a device as long as it takes unless told otherwise. */
+    maxQueueWaitMs: timerMs().positive().optional(),
+    /** No default here: absent, the task holds with RESERVATION_GRACE_MS (its input as before). */
+    reservationGraceMs: timerMs().min(MIN_RESERVATION_GRACE_MS).optional(),
+  })
+  .refine((p) => p.backoff.maxMs >= p.backoff.initialMs, {
+    message: 'must be at least backoff.initialMs',
+    path: ['backoff', 'maxMs'],
+  });
 
 /** Strict at every level: a misspelt key is an error, not a silently ignored setting. */
 export const ControlPlaneConfigSchema = z.strictObject({
@@ -82,13 +103,13 @@ export const ControlPlaneConfigSchema = z.strictObject({
    * The host liveness lease: the heartbeat timeout of each host's session activity. A host silent
    * longer than this goes offline and its devices are not assigned.
    */
-  hostTimeoutMs: z.number().int().positive().default(30_000),
+  hostTimeoutMs: timerMs().positive().default(30_000),
   /**
    * A host with no signed snapshot for longer than this goes offline too (hosts send one at least
    * every `snapshotIntervalMs`, 60 s by default). Only the host's own key signs a snapshot, so this
    * bounds how long anything else polling the host's queue could keep a dead host online.
    */
-  snapshotTimeoutMs: z.number().int().positive().default(180_000),
+  snapshotTimeoutMs: timerMs().positive().default(180_000),
   /** History length at which long-lived workflows continue-as-new (undefined: the server's suggestion, or 4,000). */
   historyLimit: z.number().int().min(20).optional(),
   /**
@@ -117,11 +138,11 @@ export const ControlPlaneConfigSchema = z.strictObject({
    * and starts again one that is not. A run started anew recovers its queue and devices. The same
    * check has hosts start again their device workflows that stopped (terminated, failed).
    */
-  poolWatchMs: z.number().int().min(100).default(30_000),
+  poolWatchMs: timerMs().min(100).default(30_000),
   /** Holds nobody released (a task terminated while holding a device) are swept this often... */
-  holdSweepMs: z.number().int().positive().optional(),
+  holdSweepMs: timerMs().positive().optional(),
   /** ...once this long past their deadline. Both default to 60 s. */
-  holdSlackMs: z.number().int().nonnegative().optional(),
+  holdSlackMs: timerMs().nonnegative().optional(),
 });
 
 export type ControlPlaneConfig = z.infer<typeof ControlPlaneConfigSchema>;
@@ -155,11 +176,16 @@ export function parseControlPlaneConfig(raw: unknown): ControlPlaneConfig {
 export function loadControlPlaneConfig(env: NodeJS.ProcessEnv = process.env): ControlPlaneConfig {
   let raw: Record<string, unknown> = {};
   if (env.FLEET_CONFIG) {
+    let parsed: unknown;
     try {
-      raw = JSON.parse(readFileSync(env.FLEET_CONFIG, 'utf8'));
+      parsed = JSON.parse(readFileSync(env.FLEET_CONFIG, 'utf8'));
     } catch (err) {
       throw new ConfigError(`cannot read FLEET_CONFIG ${env.FLEET_CONFIG}: ${(err as Error).message}`);
     }
+    if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
+      throw new ConfigError(`FLEET_CONFIG ${env.FLEET_CONFIG}: must hold a JSON object, not ${JSON.stringify(parsed)}`);
+    }
+    raw = parsed as Record<string, unknown>;
   }
   if (env.FLEET_TASK_QUEUE) raw.controlTaskQueue = env.FLEET_TASK_QUEUE;
   if (env.FLEET_STRATEGY) {

@@ -7,8 +7,12 @@ import {
   TaskWaitTimeoutError,
   ValidationError,
 } from '../control-plane/client';
+import { WorkflowFailedError, WorkflowNotFoundError } from '@temporalio/client';
+import { ApplicationFailure } from '@temporalio/common';
+import { taskWorkflowQueue } from '../control-plane/config';
+import { ErrorType } from '../workflows/errors';
 import { schedulerWorkflowId, taskWorkflowId } from '../workflows/ids';
-import { eventually, startFleet, type Fleet } from './helpers/fleet';
+import { eventually, startFleet, uid, type Fleet } from './helpers/fleet';
 
 describe('fleet client', () => {
   let f: Fleet | undefined;
@@ -48,6 +52,46 @@ describe('fleet client', () => {
         return true;
       },
     );
+    assert.equal((await f.scheduler()).queue.length, 0);
+  });
+
+  it('refuses durations past what a timer holds, a lease under 1 s and a backoff capped below its start (defaults filled in) before anything starts; a task started around the client with them is rejected', async () => {
+    f = await startFleet('client-bounds');
+    const cases: Array<[policy: Record<string, unknown>, paths: string[]]> = [
+      [{ executionTimeoutMs: 9e15 }, ['policy.executionTimeoutMs']],
+      [{ ackTimeoutMs: 2 ** 31, maxQueueWaitMs: 2 ** 31 }, ['policy.ackTimeoutMs', 'policy.maxQueueWaitMs']],
+      [{ backoff: { initialMs: 9e15, maxMs: 9e15 } }, ['policy.backoff.initialMs', 'policy.backoff.maxMs']],
+      [{ leaseTimeoutMs: 500 }, ['policy.leaseTimeoutMs']],
+      // maxMs is the default 60 s: the merged policy is what the task would refuse.
+      [{ backoff: { initialMs: 120_000 } }, ['policy.backoff']],
+    ];
+    for (const [policy, paths] of cases) {
+      const taskId = uid('bounds');
+      await assert.rejects(f.fleet.submit({ taskId, goal: 'x', policy } as never), (err: unknown) => {
+        assert.ok(err instanceof ValidationError, String(err));
+        assert.deepEqual(err.issues.map((i) => i.path).sort(), paths, JSON.stringify(err.issues));
+        return true;
+      });
+      await assert.rejects(
+        f.client.workflow.getHandle(taskWorkflowId(taskId)).describe(),
+        WorkflowNotFoundError,
+        `nothing started for ${JSON.stringify(policy)}`,
+      );
+    }
+    // Around the client (a workflow start of its own): the task refuses it, and no device is held.
+    const input = f.fleet.buildInput({ goal: 'x' });
+    input.policy.reservationGraceMs = 9e15;
+    const handle = await f.client.workflow.start('taskWorkflow', {
+      workflowId: taskWorkflowId(input.taskId),
+      taskQueue: taskWorkflowQueue(f.config),
+      args: [input],
+    });
+    await assert.rejects(handle.result(), (err: unknown) => {
+      assert.ok(err instanceof WorkflowFailedError && err.cause instanceof ApplicationFailure, String(err));
+      assert.equal(err.cause.type, ErrorType.InvalidTask);
+      assert.match(err.cause.message, /policy\.reservationGraceMs: at most 2147483647 ms/);
+      return true;
+    });
     assert.equal((await f.scheduler()).queue.length, 0);
   });
 

@@ -32,6 +32,45 @@ export const MAX_ATTEMPTS_LIMIT = 100;
  */
 export const MAX_TIMER_MS = 2_147_483_647;
 export const MAX_TIMER_MESSAGE = `at most ${MAX_TIMER_MS} ms (2^31 - 1, about 24.8 days): Node fires a longer timer at once`;
+/**
+ * The shortest lease a task may ask for. The host heartbeats every quarter lease and must have an
+ * answer within it (host-worker/lease.ts): below a second that is shorter than a round trip to a
+ * server across a network, and a healthy run would stop itself.
+ */
+export const MIN_LEASE_TIMEOUT_MS = 1_000;
+
+/** A task policy's durations, each of which ends up in a timer (the host's, or a date the workflows compute). */
+const POLICY_DURATIONS = [
+  'ackTimeoutMs',
+  'leaseTimeoutMs',
+  'executionTimeoutMs',
+  'maxQueueWaitMs',
+  'reservationGraceMs',
+] as const;
+
+/**
+ * What a policy's durations may not be, beyond their type: longer than MAX_TIMER_MS (a host's timer
+ * would fire at once, and a date past JavaScript's last would stop a task or a device workflow for
+ * good), or a lease shorter than MIN_LEASE_TIMEOUT_MS. Checked by the clients and by the task
+ * workflow (patched: a task started before the check replays as it ran).
+ */
+export function policyBoundProblems(p: TaskPolicy): string[] {
+  const problems: string[] = [];
+  for (const key of POLICY_DURATIONS) {
+    const v = p[key];
+    if (typeof v === 'number' && v > MAX_TIMER_MS) problems.push(`policy.${key}: ${MAX_TIMER_MESSAGE}`);
+  }
+  for (const key of ['initialMs', 'maxMs'] as const) {
+    const v = p.backoff?.[key];
+    if (typeof v === 'number' && v > MAX_TIMER_MS) problems.push(`policy.backoff.${key}: ${MAX_TIMER_MESSAGE}`);
+  }
+  if (typeof p.leaseTimeoutMs === 'number' && p.leaseTimeoutMs > 0 && p.leaseTimeoutMs < MIN_LEASE_TIMEOUT_MS) {
+    problems.push(
+      `policy.leaseTimeoutMs: at least ${MIN_LEASE_TIMEOUT_MS} ms (the host heartbeats every quarter lease)`,
+    );
+  }
+  return problems;
+}
 
 /**
  * How long a device stays reserved for one attempt unless released. `useGrace` false holds to the

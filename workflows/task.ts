@@ -50,6 +50,7 @@ import {
   RESERVATION_SAFETY_MS,
   reservationHoldMs,
   validateTaskInput,
+  policyBoundProblems,
 } from './policy';
 import {
   FleetAttempt,
@@ -210,6 +211,10 @@ export async function taskWorkflow(input: TaskInput): Promise<TaskResult> {
   );
 
   const problems = validateTaskInput(input);
+  if (input.policy) {
+    const bounds = policyBoundProblems(input.policy);
+    if (bounds.length > 0 && patched('task-policy-bounds-v1')) problems.push(...bounds);
+  }
   publish(state);
   const scheduler = getExternalWorkflowHandle(schedulerWorkflowId(input.pool));
   // Patched: a task a control plane from before reservationGraceMs started holds with the default grace.

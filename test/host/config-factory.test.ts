@@ -13,7 +13,7 @@ import {
 import { AdbDriver, LocalDriver, SimDriver } from '../../host-worker/drivers';
 import { HostConfigSchema, hostConfigWarnings, loadHostConfig } from '../../host-worker/config';
 import { SubmitRequestSchema } from '../../control-plane/client';
-import { ConfigError, parseControlPlaneConfig } from '../../control-plane/config';
+import { ConfigError, loadControlPlaneConfig, parseControlPlaneConfig } from '../../control-plane/config';
 import { parseLevelStrict } from '../../control-plane/log';
 import { executableProblem } from '../../host-worker/preflight';
 import { createDriver, createRunners } from '../../host-worker/factory';
@@ -236,6 +236,47 @@ describe('host driver and runner configuration', () => {
             assert.match(err.message, expected);
             return true;
           },
+        );
+      }
+    });
+    it("control-plane durations are bounded like the host's, taskDefaults need a lease of 1 s and a backoff capped at or above its start, and a FLEET_CONFIG that is not an object is named", () => {
+      const max = 2_147_483_647;
+      for (const [raw, expected] of [
+        [{ poolWatchMs: max + 1 }, /poolWatchMs: at most 2147483647 ms/],
+        [{ hostTimeoutMs: max + 1 }, /hostTimeoutMs: at most 2147483647 ms/],
+        [{ taskDefaults: { executionTimeoutMs: 9e15 } }, /taskDefaults\.executionTimeoutMs: at most 2147483647 ms/],
+        [{ taskDefaults: { backoff: { maxMs: max + 1 } } }, /taskDefaults\.backoff\.maxMs: at most 2147483647 ms/],
+        [{ taskDefaults: { leaseTimeoutMs: 999 } }, /taskDefaults\.leaseTimeoutMs: at least 1000 ms/],
+        [
+          { taskDefaults: { backoff: { initialMs: 120_000 } } },
+          /taskDefaults\.backoff\.maxMs: must be at least backoff\.initialMs/,
+        ],
+      ] as const) {
+        assert.throws(
+          () => parseControlPlaneConfig(raw),
+          (err: Error) => {
+            assert.ok(err instanceof ConfigError, String(err));
+            assert.match(err.message, expected);
+            return true;
+          },
+        );
+      }
+      assert.equal(
+        parseControlPlaneConfig({ poolWatchMs: max, taskDefaults: { leaseTimeoutMs: 1_000 } }).poolWatchMs,
+        max,
+      );
+      const dir = tmp.make();
+      for (const text of ['null', '[]', '"x"']) {
+        const file = join(dir, 'config.json');
+        writeFileSync(file, text);
+        assert.throws(
+          () => loadControlPlaneConfig({ FLEET_CONFIG: file, FLEET_STRATEGY: 'fifo_match' }),
+          (err: Error) => {
+            assert.ok(err instanceof ConfigError, String(err));
+            assert.match(err.message, /must hold a JSON object/);
+            return true;
+          },
+          text,
         );
       }
     });
