@@ -40,11 +40,14 @@ interface Cursor {
   v: 1;
   /** Which filter the cursor belongs to. */
   f: string;
-  /** Temporal's page token of the page to (re)read; absent: the first page. */
+  /** Temporal's page token of the page to read next; absent: the first page. */
   t?: string;
-  /** Items of that page already returned. */
+  /**
+   * Rows of that page to skip: always 0 in the cursors this version writes (a listing stops only at
+   * the end of a page); older ones counted the rows of a page they had already returned.
+   */
   s: number;
-  /** Page size, fixed for the whole walk so page boundaries stay put. */
+  /** The first request's limit. */
   p: number;
 }
 
@@ -65,7 +68,6 @@ function searchAttribute(raw: RawExecution, name: string): unknown {
   const v: unknown = defaultPayloadConverter.fromPayload(p as Payload & { metadata: Record<string, Uint8Array> });
   return Array.isArray(v) ? v[0] : v;
 }
-
 
 export function visibilityQuery(f: TaskListFilter): string {
   const clauses = [`${FleetKind.name} = 'task'`];
@@ -111,12 +113,16 @@ export class TaskLister {
     const items: TaskSummary[] = [];
     let token = cursor.t;
     let skip = cursor.s;
+    // Each page asks for as many rows as the listing still needs, so it stops at the end of a page
+    // and the next one starts from Temporal's page token. (Temporal's tokens name the last row's
+    // key, not an offset: a cursor that counted the rows already returned from a page it re-reads
+    // would skip one whenever an earlier row of that page closed or left the filter meanwhile.)
     for (let pages = 0; pages < MAX_PAGES_PER_REQUEST; pages++) {
       const resp = await this.client.workflowService
         .listWorkflowExecutions({
           namespace,
           query,
-          pageSize: cursor.p,
+          pageSize: skip > 0 ? cursor.p : limit - items.length,
           nextPageToken: token ? Buffer.from(token, 'base64url') : undefined,
         })
         .catch((err: unknown) => {
