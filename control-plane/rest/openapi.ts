@@ -167,7 +167,7 @@ const operations: Operation[] = [
     body: 'EnrollHostBody',
     ok: [
       [201, 'enrolled', 'EnrollResult'],
-      [200, 'keys rotated', 'EnrollResult'],
+      [200, 'already enrolled: the same keys again (nothing changed), or new keys with rotate: true', 'EnrollResult'],
     ],
     errors: ['validation', ...AUTH_ERRORS, 'conflict'],
   },
@@ -287,7 +287,17 @@ export function buildOpenApiDocument(): Record<string, unknown> {
         content: { [contentType ?? 'application/json']: schema ? { schema: ref(schema) } : {} },
       };
     }
-    for (const kind of op.errors) {
+    // Every authenticated route but the definitions' (a file) asks Temporal, and answers 503 when it
+    // does not answer (or, for drains and removals, when no control-plane worker does); a route
+    // with a body refuses one that is not JSON.
+    const errors: ProblemKind[] = [
+      ...op.errors,
+      ...(op.body ? (['unsupportedMediaType'] as const) : []),
+      ...(op.roles && !op.path.startsWith('/v1/workflow-definitions') && !op.errors.includes('unavailable')
+        ? (['unavailable'] as const)
+        : []),
+    ];
+    for (const kind of errors) {
       const status = String(Problems[kind].status);
       const existing = responses[status] as { description: string } | undefined;
       const description = `${Problems[kind].title} (${problemType(kind)})`;
