@@ -30,9 +30,9 @@ import type {
 import { sign, type HostCredential } from './identity';
 import type { DeviceClaims } from './claims';
 import type { Journal } from './journal';
-import { StopWithin, UnknownDefinitionError, type RunResult, type Runners } from './runners';
+import { UnknownDefinitionError, type RunResult, type Runners } from './runners';
 import type { HostLog } from './logging';
-import { leaseTimings, ProvenLease } from './lease';
+import { instant, leaseTimings, ProvenLease } from './lease';
 
 export interface HostActivities {
   runAssignment(sealed: Sealed<HostAssignment>): Promise<SignedRunOutcome>;
@@ -131,21 +131,50 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
       let fenced: string | undefined;
       const stopRun = (reason: Error, level: 'info' | 'warn' = 'info') => {
         if (superseded.signal.aborted) return;
-        const fields = { taskId: a.taskId, attempt: a.attempt, deviceId: a.deviceId, reason: reason.message };
         log(
           'runner asked to stop',
-          reason instanceof StopWithin ? { ...fields, withinMs: reason.withinMs } : fields,
+          { taskId: a.taskId, attempt: a.attempt, deviceId: a.deviceId, reason: reason.message },
           level,
         );
         superseded.abort(reason);
       };
       const holder = { stop: (reason: string) => stopRun(new Error(reason)) };
       const staleLease = () => ApplicationFailure.nonRetryable(fenced ?? 'lease superseded', ErrorType.StaleLease);
+      // Aborted when the run must be gone at once (RunContext.kill): at a lost lease's deadline, or
+      // when the server no longer has the attempt. Whatever stopped the run first.
+      const kill = new AbortController();
+      let killAt: number | undefined;
+      let killTimer: NodeJS.Timeout | undefined;
+      const killWithin = (withinMs: number, why: string) => {
+        const at = performance.now() + withinMs;
+        if (kill.signal.aborted || (killAt !== undefined && killAt <= at)) return;
+        killAt = at;
+        clearTimeout(killTimer);
+        const fire = () => {
+          if (kill.signal.aborted) return;
+          log('runner killed', { taskId: a.taskId, attempt: a.attempt, deviceId: a.deviceId, reason: why }, 'warn');
+          kill.abort(new Error(why));
+        };
+        if (withinMs <= 0) fire();
+        else killTimer = setTimeout(fire, withinMs);
+      };
       /** The run must be gone within `withinMs`: the server may time the attempt out then (or already has). */
       const loseLease = (why: string, withinMs: number) => {
-        fenced = `lease lost: ${why} (lease ${a.leaseTimeoutMs} ms)`;
-        stopRun(new StopWithin(fenced, withinMs), 'warn');
+        fenced ??= `lease lost: ${why} (lease ${a.leaseTimeoutMs} ms)`;
+        stopRun(new Error(fenced), 'warn');
+        killWithin(withinMs, fenced);
       };
+      // The SDK cancels the activity itself when its heartbeat finds the attempt gone, or when its
+      // own timer says the attempt timed out: the retry may be running already.
+      const onCancelled = () => {
+        const d = ctx.cancellationDetails;
+        if (d?.notFound || d?.timedOut)
+          loseLease(
+            `the Temporal server no longer has attempt ${a.attempt} (${d.notFound ? 'not found' : 'timed out'})`,
+            0,
+          );
+      };
+      ctx.cancellationSignal.addEventListener('abort', onCancelled, { once: true });
 
       // Renew the lease until the very end (reports included), and while waiting for the device. No
       // heartbeat at the start: the lease runs from the activity's start anyway, and each heartbeat
@@ -156,16 +185,17 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
       // one of *its* heartbeats for a lease + 5 s (a local timer that only they reset), which would
       // end every run longer than that; it sends at most one per 0.8 lease of those it is given.
       const timings = leaseTimings(a.leaseTimeoutMs);
-      const lease = new ProvenLease(a.leaseTimeoutMs, performance.now());
+      const lease = new ProvenLease(a.leaseTimeoutMs, instant());
       let over = false;
       let beating = false;
+      // Also while a stopped run winds down: the lease holds it, and a not-found answer kills it.
       const heartbeat = () => {
-        if (over || superseded.signal.aborted) return;
+        if (over) return;
         const details = { seq, message: lastMessage };
         ctx.heartbeat(details);
         if (beating) return;
         beating = true;
-        const sentAt = performance.now();
+        const sentAt = instant();
         const sent = Promise.resolve().then(() => deps.client.activity.heartbeat(ctx.info.taskToken, details));
         withTimeout(sent, timings.beatDeadlineMs)
           .then(
@@ -192,17 +222,20 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
           .finally(() => (beating = false));
       };
       const renew = setInterval(heartbeat, timings.beatEveryMs);
-      // Self-fencing: stop before the server can time the lease out (lease.ts).
+      // Self-fencing: stop before the server can time the lease out, and be gone by then (lease.ts);
+      // also a run that was already stopping for another reason.
       const fence = setInterval(() => {
-        const now = performance.now();
+        const now = instant();
         const silent = lease.lost(now);
-        if (silent !== undefined && !superseded.signal.aborted)
+        if (silent !== undefined)
           loseLease(`no heartbeat answered by the Temporal server for ${Math.round(silent)} ms`, lease.stopWithin(now));
       }, timings.checkEveryMs);
       const stopTimers = () => {
         over = true;
         clearInterval(renew);
         clearInterval(fence);
+        clearTimeout(killTimer);
+        ctx.cancellationSignal.removeEventListener('abort', onCancelled);
       };
       let claimed: boolean;
       try {
@@ -293,6 +326,7 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
           attempt: a.attempt,
           device: onDevice,
           signal,
+          kill: kill.signal,
           started: () => {
             if (startedAt !== undefined) return;
             startedAt = Date.now();

@@ -5,8 +5,8 @@
  *
  * Every command is started from an argv array, never through a shell, in its own process group
  * (`detached: true`). The run owns that group: on abort or timeout the whole group gets SIGTERM,
- * then SIGKILL after `killGraceMs` (sooner when the abort's reason is a `StopWithin`: a lost lease
- * leaves less time than that); when the command exits on its own, whatever it left running in
+ * then SIGKILL after `killGraceMs` (or as soon as `ctx.kill` aborts: a lost lease leaves less time
+ * than that); when the command exits on its own, whatever it left running in
  * its group is terminated the same way, so nothing outlives the run on the device. (A process that
  * moves itself to another group or session, e.g. with setsid, escapes this; so does everything when
  * the host agent itself is SIGKILLed, which is what the journal's pid is for: see
@@ -40,7 +40,7 @@ import { StringDecoder } from 'node:string_decoder';
 import type { WorkflowStep } from '../workflows/types';
 import { childProcessEnv } from './drivers/util';
 import { groupAlive, signalGroup, terminateProcessGroup } from './process-group';
-import { stopGraceMs, type GoalRunner, type RunContext, type RunResult } from './runners';
+import type { GoalRunner, RunContext, RunResult } from './runners';
 
 export interface ExitCodes {
   done: number[];
@@ -120,6 +120,7 @@ export function createCommandGoalRunner(opts: CommandGoalRunnerOptions): GoalRun
         ...opts,
         env,
         signal: ctx.signal,
+        kill: ctx.kill,
         onSpawn: (pid) => {
           ctx.started();
           opts.onSpawn?.(pid, ctx);
@@ -148,6 +149,7 @@ export function createCommandStepExecutor(opts: CommandStepExecutorOptions): Ste
       ...opts,
       env,
       signal: ctx.signal,
+      kill: ctx.kill,
       timeoutMs: step.timeoutMs ?? opts.defaultStepTimeoutMs,
       onSpawn: (pid) => opts.onSpawn?.(pid, ctx),
       onLine: (line) => ctx.progress(`${step.name}: ${line}`),
@@ -189,6 +191,8 @@ export interface RunProcessOptions {
   killGraceMs: number;
   timeoutMs?: number;
   signal: AbortSignal;
+  /** SIGKILL to the group when this aborts, whatever stage the stop is at (a stop too, if none began). */
+  kill?: AbortSignal;
   maxLineLength?: number;
   maxProgressLinesPerSecond?: number;
   onSpawn?(pid: number): void;
@@ -204,8 +208,8 @@ export function runProcess(argv: readonly string[], o: RunProcessOptions): Promi
       o.maxProgressLinesPerSecond ?? DEFAULT_MAX_PROGRESS_LINES_PER_SECOND,
     );
     const maxLineLength = o.maxLineLength ?? DEFAULT_MAX_LINE_LENGTH;
-    if (o.signal.aborted) {
-      resolve({ end: 'aborted', reason: o.signal.reason, tail: '', droppedLines: 0 });
+    if (o.signal.aborted || o.kill?.aborted) {
+      resolve({ end: 'aborted', reason: o.signal.reason ?? o.kill?.reason, tail: '', droppedLines: 0 });
       return;
     }
     let child: ChildProcess;
@@ -228,8 +232,6 @@ export function runProcess(argv: readonly string[], o: RunProcessOptions): Promi
     let stopping: ProcessEnd | undefined;
     let terminating: Promise<unknown> | undefined;
     let timer: NodeJS.Timeout | undefined;
-    /** SIGKILL at the deadline of an abort that has one (a lost lease), whatever stage the stop is at. */
-    let deadline: NodeJS.Timeout | undefined;
     const closed = new Promise<void>((r) => child.once('close', () => r()));
     const splitters = [new LineSplitter(maxLineLength), new LineSplitter(maxLineLength)];
     const emit = (line: string) => gate.line(line);
@@ -246,8 +248,8 @@ export function runProcess(argv: readonly string[], o: RunProcessOptions): Promi
       if (settled) return;
       settled = true;
       clearTimeout(timer);
-      clearTimeout(deadline);
       o.signal.removeEventListener('abort', onAbort);
+      o.kill?.removeEventListener('abort', onKill);
       for (const s of splitters) s.end(emit);
       gate.flush();
       resolve({ ...end, tail: tail.text(), pid, droppedLines: gate.dropped });
@@ -257,16 +259,13 @@ export function runProcess(argv: readonly string[], o: RunProcessOptions): Promi
       stopping = why;
       terminating ??= terminateProcessGroup(pid, o.killGraceMs);
     };
-    const onAbort = () => {
-      const graceMs = stopGraceMs(o.signal.reason, o.killGraceMs);
-      if (graceMs < o.killGraceMs && pid !== undefined) {
-        deadline = setTimeout(() => {
-          if (groupAlive(pid)) signalGroup(pid, 'SIGKILL');
-        }, graceMs);
-      }
-      stop({ end: 'aborted', reason: o.signal.reason });
+    const onAbort = () => stop({ end: 'aborted', reason: o.signal.reason });
+    const onKill = () => {
+      stop({ end: 'aborted', reason: o.signal.reason ?? o.kill?.reason });
+      if (pid !== undefined && groupAlive(pid)) signalGroup(pid, 'SIGKILL');
     };
     o.signal.addEventListener('abort', onAbort, { once: true });
+    o.kill?.addEventListener('abort', onKill, { once: true });
 
     child.once('error', (err) => {
       // After a successful spawn, errors come from kill() and the like: the exit event still decides.

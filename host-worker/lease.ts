@@ -16,12 +16,26 @@
  * from when the activity reached the host, just after the server started its timer.
  *
  * Stopping takes time: a command gets SIGTERM and, after its `killGraceMs`, SIGKILL. A stop for a
- * lost lease must be complete by `sent + killAfterMs` whatever that grace says, so the runner is
- * given what is left until then (a `StopWithin` abort reason) and SIGKILLs its command by it.
+ * lost lease must be complete by `sent + killAfterMs` whatever that grace says, so the run's kill
+ * signal fires then (`RunContext.kill`) and its command is SIGKILLed.
  *
- * Times are read from a monotonic clock (`performance.now()`), so a step of the system clock
- * neither ends a healthy run nor keeps a cut-off one going.
+ * Time is read from two clocks (`instant()`), and a span is the longer of the two: the monotonic
+ * one, so a step back of the system clock does not keep a cut-off run going, and the wall clock,
+ * which also runs while the machine is suspended (the monotonic one stops; the server's timer does
+ * not). A step forward can only stop a run early, never late.
  */
+export interface Instant {
+  /** `performance.now()` */
+  mono: number;
+  /** `Date.now()` */
+  wall: number;
+}
+
+export const instant = (): Instant => ({ mono: performance.now(), wall: Date.now() });
+
+/** From `a` to `b` by whichever clock says longer. */
+export const elapsedMs = (a: Instant, b: Instant): number => Math.max(b.mono - a.mono, b.wall - a.wall);
+
 export interface LeaseTimings {
   /** Between heartbeats. */
   beatEveryMs: number;
@@ -48,37 +62,37 @@ export function leaseTimings(leaseMs: number): LeaseTimings {
 
 /** The lease as proven by answered heartbeats: when it began and whether it is gone. */
 export class ProvenLease {
-  private from: number;
+  private from: Instant;
   private readonly fenceAfterMs: number;
   private readonly killAfterMs: number;
 
   constructor(
     leaseMs: number,
     /** When the activity reached the host (the server started its timer just before). */
-    receivedAt: number,
+    receivedAt: Instant,
   ) {
     this.from = receivedAt;
     ({ fenceAfterMs: this.fenceAfterMs, killAfterMs: this.killAfterMs } = leaseTimings(leaseMs));
   }
 
   /** A heartbeat sent at `sentAt` was answered. */
-  answered(sentAt: number): void {
-    if (sentAt > this.from) this.from = sentAt;
+  answered(sentAt: Instant): void {
+    if (sentAt.mono > this.from.mono) this.from = sentAt;
   }
 
   /** When the lease was last proven (the sending of the last answered heartbeat). */
-  provenAt(): number {
+  provenAt(): Instant {
     return this.from;
   }
 
   /** How long without an answered heartbeat, once that is long enough to stop the run; else undefined. */
-  lost(now: number): number | undefined {
-    const silent = now - this.from;
+  lost(now: Instant): number | undefined {
+    const silent = elapsedMs(this.from, now);
     return silent >= this.fenceAfterMs ? silent : undefined;
   }
 
   /** How long a run stopped at `now` for a lost lease has left to be gone (0 when already late). */
-  stopWithin(now: number): number {
-    return Math.max(0, this.from + this.killAfterMs - now);
+  stopWithin(now: Instant): number {
+    return Math.max(0, this.killAfterMs - elapsedMs(this.from, now));
   }
 }

@@ -9,12 +9,14 @@ export interface RunContext {
   taskId: string;
   attempt: number;
   device: DeviceSnapshot;
-  /**
-   * Aborted when the task is cancelled or the lease is lost: stop as soon as possible. When the
-   * reason is a `StopWithin`, the run must be gone within its `withinMs` (a command runner cuts its
-   * SIGTERM grace to it).
-   */
+  /** Aborted when the task is cancelled or the lease is lost: stop as soon as possible. */
   signal: AbortSignal;
+  /**
+   * Aborted (always after `signal`) when the run must be gone at once, whatever grace the runner
+   * gives: a lost lease's deadline came (the server may time the attempt out next), or the server
+   * no longer has the attempt (its retry may be running). A command runner SIGKILLs its group.
+   */
+  kill?: AbortSignal;
   /** Call once the work has really started on the device (recorded as the `running` fact). */
   started(): void;
   /** A progress line; the host numbers them with a monotonic sequence. */
@@ -59,25 +61,6 @@ export interface Runners {
 /** The definition is unknown to this host: a terminal failure, never retried. */
 export class UnknownDefinitionError extends Error {
   override name = 'UnknownDefinitionError';
-}
-
-/**
- * An abort reason with a deadline: the run must be over within `withinMs` of the abort, because
- * the server may then time the attempt out and start its retry elsewhere (host-worker/lease.ts).
- */
-export class StopWithin extends Error {
-  override name = 'StopWithin';
-  constructor(
-    message: string,
-    readonly withinMs: number,
-  ) {
-    super(message);
-  }
-}
-
-/** How long a runner stopped for `reason` may take to end: `graceMs`, or less when the reason is a `StopWithin`. */
-export function stopGraceMs(reason: unknown, graceMs: number): number {
-  return reason instanceof StopWithin ? Math.max(0, Math.min(graceMs, reason.withinMs)) : graceMs;
 }
 
 /** Resolves when `ms` passed; rejects with the signal's reason if aborted first. */

@@ -1,13 +1,14 @@
 /** Unit tests of the host's activity with MockActivityEnvironment (Temporal mocked: pure host logic). */
 import assert from 'node:assert/strict';
 import type { Client } from '@temporalio/client';
-import { CancelledFailure } from '@temporalio/common';
+import { ActivityCancellationDetails, ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { createHostActivities, type HostActivityDeps } from '../host-worker/activities';
 import { DeviceClaims } from '../host-worker/claims';
 import { generateHostCredential, publicKeys } from '../host-worker/identity';
 import { SignDomain, verifySignature } from '../workflows/identity';
 import { createSimRunners, simDevices } from '../host-worker/sim';
+import type { RunContext, RunResult } from '../host-worker/runners';
 import type { AttemptReport, HostAssignment, Sealed, SignedRunOutcome } from '../workflows/types';
 
 const cred = generateHostCredential('h1');
@@ -264,6 +265,31 @@ describe('host activity (unit)', () => {
     assert.deepEqual(reports, [], 'no report within the delay');
     assert.ok(out.startedAt! >= out.claimedAt);
     assert.deepEqual([out.lastProgressSeq, out.lastProgress], [1, 'flashing']);
+  });
+
+  it('a cancel saying the server no longer has the attempt (not found, timed out) also kills the runner at once; a requested cancel leaves it its grace', async () => {
+    for (const [reason, details, killed] of [
+      ['NOT_FOUND', { notFound: true }, true],
+      ['TIMED_OUT', { timedOut: true }, true],
+      ['CANCELLED', { cancelRequested: true }, false],
+    ] as const) {
+      let kill: AbortSignal | undefined;
+      const runners = createSimRunners();
+      const runGoal = (_goal: string, ctx: RunContext) =>
+        new Promise<RunResult>((resolve) => {
+          kill = ctx.kill;
+          ctx.started();
+          // Winds down slowly after the stop, unless killed.
+          ctx.signal.addEventListener('abort', () => setTimeout(() => resolve({ status: 'done' }), 300));
+        });
+      const { runAssignment } = createHostActivities(deps({ runners: { ...runners, goal: { runGoal } } }));
+      const e = env();
+      const run = e.run(runAssignment, assignment());
+      await new Promise((r) => setTimeout(r, 100));
+      e.cancel(reason, new ActivityCancellationDetails(details));
+      await assert.rejects(run, (err: unknown) => err instanceof CancelledFailure || err instanceof ApplicationFailure);
+      assert.equal(kill?.aborted, killed, reason);
+    }
   });
 
   it('cancellation (task cancelled or lease lost) aborts the runner and ends as cancelled', async () => {

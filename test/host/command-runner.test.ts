@@ -10,7 +10,7 @@ import {
   ProgressGate,
   type CommandGoalRunnerOptions,
 } from '../../host-worker/command-runner';
-import { createStepsRunner, StopWithin, stopGraceMs, UnknownDefinitionError } from '../../host-worker/runners';
+import { createStepsRunner, UnknownDefinitionError } from '../../host-worker/runners';
 import type { WorkflowStep } from '../../workflows/types';
 import { node, processAlive, recordingContext, tempDirs, waitFor } from './helpers';
 
@@ -296,23 +296,29 @@ describe('host command runners', () => {
       assert.equal(processAlive(pid), false);
     });
 
-    it('an abort with a deadline (a lost lease, StopWithin) cuts the grace: SIGKILL by the deadline, even mid-grace', async () => {
+    it('ctx.kill (a lost lease\'s deadline) SIGKILLs the group mid-grace: a command that ignores SIGTERM is gone long before its killGraceMs', async () => {
       const ctx = recordingContext();
+      const kill = new AbortController();
+      ctx.kill = kill.signal;
       const src = `process.on('SIGTERM', () => console.log('ignoring SIGTERM'));
         console.log('ready ' + process.pid); setInterval(() => {}, 1000);`;
       const running = goalRunner(src, { killGraceMs: 60_000 }).runGoal('g', ctx);
       await waitFor(() => ctx.lines.some((l) => l.startsWith('ready ')), 10_000, 'ready');
       const pid = Number(ctx.lines[0].split(' ')[1]);
-      ctx.controller.abort(new StopWithin('lease lost: no heartbeat answered', 300));
+      ctx.controller.abort(new Error('lease lost: no heartbeat answered'));
+      await waitFor(() => ctx.lines.includes('ignoring SIGTERM'), 10_000, 'SIGTERM first');
+      assert.equal(processAlive(pid), true, 'in its grace');
+      kill.abort(new Error('lease deadline'));
       const r = await running;
       assert.equal(r.reason, 'aborted');
       assert.match(r.message!, /lease lost/);
-      assert.ok(ctx.lines.includes('ignoring SIGTERM'), 'it did get SIGTERM first');
-      assert.equal(processAlive(pid), false, 'killed by the deadline, not after the 60 s grace');
+      assert.equal(processAlive(pid), false, 'killed, not left for the 60 s grace');
     });
 
-    it('a deadline cuts the grace also for what a command left in its group after it exited', async () => {
+    it('ctx.kill alone stops and kills; it also kills what a command left in its group after it exited', async () => {
       const ctx = recordingContext();
+      const kill = new AbortController();
+      ctx.kill = kill.signal;
       // The leader exits at once; a grandchild in its group ignores SIGTERM.
       const src = `const { spawn } = require('child_process');
         const g = spawn(process.execPath, ['-e', "process.on('SIGTERM', () => {}); setInterval(() => {}, 1000)"], { stdio: 'ignore' });
@@ -320,20 +326,17 @@ describe('host command runners', () => {
       const running = goalRunner(src, { killGraceMs: 60_000 }).runGoal('g', ctx);
       await waitFor(() => ctx.lines.some((l) => l.startsWith('grandchild ')), 10_000, 'grandchild');
       const grandchild = Number(ctx.lines[0].split(' ')[1]);
-      await waitFor(() => ctx.startedCalls > 0, 10_000, 'started');
       await new Promise((res) => setTimeout(res, 800)); // the leader is gone; the grace for its group runs
       assert.equal(processAlive(grandchild), true, 'the grandchild is still in its grace');
-      ctx.controller.abort(new StopWithin('lease lost', 0));
+      kill.abort(new Error('the server no longer has the attempt'));
       await running;
-      assert.equal(processAlive(grandchild), false, 'killed at the deadline');
-    });
-
-    it('stopGraceMs: a StopWithin reason caps the grace at its deadline; any other reason leaves it', () => {
-      assert.equal(stopGraceMs(new StopWithin('x', 300), 5_000), 300);
-      assert.equal(stopGraceMs(new StopWithin('x', 9_000), 5_000), 5_000);
-      assert.equal(stopGraceMs(new StopWithin('x', -5), 5_000), 0);
-      assert.equal(stopGraceMs(new Error('cancelled'), 5_000), 5_000);
-      assert.equal(stopGraceMs(undefined, 5_000), 5_000);
+      assert.equal(processAlive(grandchild), false, 'killed at once');
+      // Killed before anything started: nothing is spawned.
+      const late = recordingContext();
+      late.kill = AbortSignal.abort(new Error('gone'));
+      const r = await goalRunner('setInterval(() => {}, 1000)').runGoal('g', late);
+      assert.equal(r.reason, 'aborted');
+      assert.equal(late.startedCalls, 0);
     });
 
     it('does not start anything when already aborted', async () => {
