@@ -254,6 +254,8 @@ function perCycle(ops: Map<string, OpTime>, cycles: number): Record<string, { ca
 
 /** The server counts as settled when a second of it uses less than this many cores. */
 const SETTLED_CORES = 0.3;
+/** Samples of the raw-Temporal control, per queue size. */
+const RAW_SAMPLES = 40;
 
 /**
  * Waits (at most 60 s) until the server's CPU over one second falls below SETTLED_CORES: a fill
@@ -522,6 +524,29 @@ export const p5Scale: Scenario = async (be, o) => {
     await base.stop();
   }
 
+  /**
+   * A control for the server: raw Temporal's start -> activity started, one sample at a time, on
+   * the same server with whatever the fleet has open at that moment. If it slows as much as the
+   * fleet's cycle between 100 and 10,000 queued, the growth is the server's, not the design's.
+   */
+  const rawLatency = async (label: string): Promise<Summary> => {
+    const lat = await startBaseline(be, `p5raw-${label}`, 1, 1);
+    try {
+      const ms: number[] = [];
+      for (let i = 0; i < RAW_SAMPLES; i++) {
+        const id = `p5raw-${label}-${i}`;
+        const t0 = performance.now();
+        await lat.submit(id, i);
+        await waitUntil(() => (lat.starts.has(id) ? true : undefined), `raw sample ${id}`, 30_000);
+        ms.push(lat.starts.get(id)! - t0);
+      }
+      return summarize(ms);
+    } finally {
+      await lat.stop();
+    }
+  };
+  const raw: Summary[] = [];
+
   // ---- fleet, control plane as a process ----
   const bf = await startBenchFleet(be, { name: 'p5', hosts: 0, devicesPerHost: 0, controlPlane: false, extraPools: ['large'] });
   const metricsAddress = `127.0.0.1:${await freePort()}`;
@@ -539,7 +564,9 @@ export const p5Scale: Scenario = async (be, o) => {
     const budgetMs = o.p5FillBudgetMs;
     const [small, large] = bf.pools;
     phases.push(await queuePhase(bf, small, 100, o.p5Cycles, o.concurrency, budgetMs, cp.pid, metricsAddress, cpu, be.metricsUrl));
+    raw.push(await rawLatency('small'));
     phases.push(await queuePhase(bf, large, big, o.p5Cycles, o.concurrency, budgetMs, cp.pid, metricsAddress, cpu, be.metricsUrl));
+    raw.push(await rawLatency('large'));
     cpuUse = cpu.since(mark);
     recovered = await recoveryPhase(bf, large, 20 * 60_000);
   } finally {
@@ -566,6 +593,20 @@ export const p5Scale: Scenario = async (be, o) => {
         met: cycleRatio <= 1.5,
       },
       { metric: `decision cycle p90 (ms): 100 -> ${n}`, fleet: `${s.cycles.p90} -> ${l.cycles.p90}`, baseline: baseCycles.p90 },
+      ...(raw.length === 2
+        ? [
+            {
+              metric: `  control: raw Temporal on the same server with the phase's tasks still queued, start -> activity started, p50 (ms), ${RAW_SAMPLES} samples: 100 -> ${n}; ratio`,
+              fleet: `${raw[0].p50} -> ${raw[1].p50}`,
+              ratio: round(raw[1].p50 / raw[0].p50, 2),
+            },
+            {
+              metric: "  the fleet's cycle ratio over the control's (growth beyond the server's own)",
+              fleet: '',
+              ratio: round(cycleRatio / (raw[1].p50 / raw[0].p50), 2),
+            },
+          ]
+        : []),
       {
         metric: `  before the cycles: server settled (ms; < ${SETTLED_CORES} cores over a second), 100 -> ${n}`,
         fleet: `${s.settle.ms} -> ${l.settle.ms}`,
@@ -676,6 +717,6 @@ export const p5Scale: Scenario = async (be, o) => {
       `decision cycle = interval between consecutive zero-length tasks started on the only matching device (${o.p5Cycles} cycles); baseline = the same on one raw-Temporal activity slot with a backlog`,
       'strategy timings: 3 free devices unless the row says otherwise, median of 5 batches after warm-up, in this process',
     ],
-    details: { strategyMicros: strat, phases, recovery: recovered, baselineCycles: baseCycles, controlPlaneIdleRssMiB: idleRss, cpu: cpuUse },
+    details: { strategyMicros: strat, phases, recovery: recovered, baselineCycles: baseCycles, rawLatency: raw, controlPlaneIdleRssMiB: idleRss, cpu: cpuUse },
   };
 };
