@@ -6,6 +6,7 @@
 import { Context } from '@temporalio/activity';
 import { WorkflowNotFoundError, type Client, type WorkflowHandle } from '@temporalio/client';
 import { ApplicationFailure, type Payload } from '@temporalio/common';
+import type { temporal } from '@temporalio/proto';
 import { decodeFromPayloadsAtIndex } from '@temporalio/common/lib/internal-non-workflow';
 import { schedulerInput, schedulerStart, taskWorkflowQueue, type ControlPlaneConfig } from '../control-plane/config';
 import { signalTagFor } from '../control-plane/signal-auth';
@@ -38,7 +39,7 @@ import {
 } from '../workflows/messages';
 import { FleetKind, FleetPool, STOPPED, visibilityString } from '../workflows/search-attributes';
 import type { schedulerWorkflow } from '../workflows/scheduler';
-import type { DeviceSnapshot, Reservation } from '../workflows/types';
+import type { DeviceSnapshot, ReleaseNote, Reservation } from '../workflows/types';
 import type { HostPublicKeys } from '../workflows/identity';
 
 export interface SyncHostRequest {
@@ -77,8 +78,9 @@ export interface ControlPlaneDeps {
 async function unhandledSignals(
   run: WorkflowHandle,
   names: readonly string[],
+  events?: temporal.api.history.v1.IHistoryEvent[],
 ): Promise<Array<{ signal: string; payloads: Payload[] | null | undefined }>> {
-  const events = (await run.fetchHistory()).events ?? [];
+  events ??= (await run.fetchHistory()).events ?? [];
   let from = 0;
   events.forEach((e, i) => {
     if (e.workflowTaskCompletedEventAttributes) from = i + 1;
@@ -86,7 +88,34 @@ async function unhandledSignals(
   const out: Array<{ signal: string; payloads: Payload[] | null | undefined }> = [];
   for (const e of events.slice(from)) {
     const sig = e.workflowExecutionSignaledEventAttributes;
-    if (sig?.signalName && names.includes(sig.signalName)) out.push({ signal: sig.signalName, payloads: sig.input?.payloads });
+    if (sig?.signalName && names.includes(sig.signalName))
+      out.push({ signal: sig.signalName, payloads: sig.input?.payloads });
+  }
+  return out;
+}
+
+/**
+ * The signals a closed run sent by command (`names`) that the server never delivered: initiated,
+ * then neither signalled nor failed before the run ended. A run terminated right after a workflow
+ * task that sent one loses it (the server drops a closed run's outstanding signals).
+ */
+export function undeliveredSignals(
+  events: temporal.api.history.v1.IHistoryEvent[],
+  names: readonly string[],
+): Array<{ workflowId: string; signal: string; payloads: Payload[] | null | undefined }> {
+  const settled = new Set<string>();
+  for (const e of events) {
+    const id =
+      e.externalWorkflowExecutionSignaledEventAttributes?.initiatedEventId ??
+      e.signalExternalWorkflowExecutionFailedEventAttributes?.initiatedEventId;
+    if (id !== undefined && id !== null) settled.add(String(id));
+  }
+  const out: Array<{ workflowId: string; signal: string; payloads: Payload[] | null | undefined }> = [];
+  for (const e of events) {
+    const a = e.signalExternalWorkflowExecutionInitiatedEventAttributes;
+    const workflowId = a?.workflowExecution?.workflowId;
+    if (!a?.signalName || !workflowId || !names.includes(a.signalName) || settled.has(String(e.eventId))) continue;
+    out.push({ workflowId, signal: a.signalName, payloads: a.input?.payloads });
   }
   return out;
 }
@@ -143,10 +172,13 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
           running = true;
           const startedAt = lost.startTime.getTime();
           let before: { runId: string; taskQueue: string; closed: number } | undefined;
-          for await (const wf of client.workflow.list({ query: `WorkflowId = ${visibilityString(id)} AND ${STOPPED}` })) {
+          for await (const wf of client.workflow.list({
+            query: `WorkflowId = ${visibilityString(id)} AND ${STOPPED}`,
+          })) {
             const closed = wf.closeTime?.getTime() ?? 0;
             const recent = closed <= startedAt && closed > startedAt - RESTORE_RESEND_WINDOW_MS;
-            if (recent && (!before || closed > before.closed)) before = { runId: wf.runId, taskQueue: wf.taskQueue, closed };
+            if (recent && (!before || closed > before.closed))
+              before = { runId: wf.runId, taskQueue: wf.taskQueue, closed };
           }
           if (!before) return { unhandled: [] };
           target = before;
@@ -184,7 +216,11 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
    */
   const releaseIfLetGo = async (held: Reservation): Promise<void> => {
     if (await stillHeld(held).catch(() => true)) return;
-    const note = { leaseId: held.leaseId, reason: 'task_released', detail: 'while its device workflow was started again' };
+    const note = {
+      leaseId: held.leaseId,
+      reason: 'task_released',
+      detail: 'while its device workflow was started again',
+    };
     await client.workflow.getHandle(deviceWorkflowId(held.hostId, held.deviceId)).signal(releaseDeviceSignal, note);
   };
 
@@ -314,7 +350,8 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
               await send(id);
               late.delete(id);
             } catch (err) {
-              if (err instanceof WorkflowNotFoundError) late.delete(id); // ended meanwhile
+              if (err instanceof WorkflowNotFoundError)
+                late.delete(id); // ended meanwhile
               else ctx.log.warn('pool recovery: a signal failed again', { pool, workflowId: id, error: String(err) });
             }
           });
@@ -323,15 +360,15 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
       const p = visibilityString(pool);
       /**
        * The releases the lost run had received but not yet passed on (after its last completed
-       * workflow task): sent to their devices now, or each would stay held until its hold deadline.
+       * workflow task), and those it passed on by a command the server had not delivered when the
+       * run ended: sent to their devices now, or each would stay held until its hold deadline.
        * A device applies a release only while it holds that lease, so one already applied (or one
        * the lost run did pass on) changes nothing.
        */
       let releasesFrom: string | undefined;
       const passOnLostReleases = async (): Promise<void> => {
         let lost: { workflowId: string; runId: string; start: number } | undefined;
-        const query =
-          `WorkflowId = ${visibilityString(scheduler.workflowId)} AND ${STOPPED}`;
+        const query = `WorkflowId = ${visibilityString(scheduler.workflowId)} AND ${STOPPED}`;
         for await (const wf of client.workflow.list({ query })) {
           const start = wf.startTime.getTime();
           if (start < scheduler.startTime.getTime() && (!lost || start > lost.start)) {
@@ -340,25 +377,29 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
         }
         if (!lost || lost.runId === releasesFrom) return;
         releasesFrom = lost.runId;
-        const releases: DeviceReleased[] = [];
+        const notes: Array<{ device: string; note: ReleaseNote & { via?: string } }> = [];
         const run = client.workflow.getHandle(lost.workflowId, lost.runId);
-        for (const { payloads } of await unhandledSignals(run, [taskReleasedSignal.name])) {
-          const r = await decodeFromPayloadsAtIndex<DeviceReleased>(client.options.loadedDataConverter, 0, payloads).catch(
-            () => undefined,
-          );
-          if (r?.hostId && r.deviceId && r.leaseId) releases.push(r);
+        const events = (await run.fetchHistory()).events ?? [];
+        const decode = <T>(payloads: Payload[] | null | undefined) =>
+          decodeFromPayloadsAtIndex<T>(client.options.loadedDataConverter, 0, payloads).catch(() => undefined);
+        for (const { payloads } of await unhandledSignals(run, [taskReleasedSignal.name], events)) {
+          const r = await decode<DeviceReleased>(payloads);
+          if (r?.hostId && r.deviceId && r.leaseId) {
+            const note = { leaseId: r.leaseId, reason: r.reason, detail: r.detail, via: pool };
+            notes.push({ device: deviceWorkflowId(r.hostId, r.deviceId), note });
+          }
         }
-        const devices = [...new Set(releases.map((r) => deviceWorkflowId(r.hostId, r.deviceId)))];
+        for (const { workflowId, payloads } of undeliveredSignals(events, [releaseDeviceSignal.name])) {
+          const note = await decode<ReleaseNote & { via?: string }>(payloads);
+          if (note?.leaseId) notes.push({ device: workflowId, note });
+        }
+        const devices = [...new Set(notes.map((n) => n.device))];
         for (const id of devices) told.delete(id); // a second lost run looked at: its releases too
-        await tell(
-          devices,
-          async (id) => {
-            for (const r of releases.filter((x) => deviceWorkflowId(x.hostId, x.deviceId) === id)) {
-              const note = { leaseId: r.leaseId, reason: r.reason, detail: r.detail, via: pool };
-              await client.workflow.getHandle(id).signal(releaseDeviceSignal, note);
-            }
-          },
-        );
+        await tell(devices, async (id) => {
+          for (const { note } of notes.filter((n) => n.device === id)) {
+            await client.workflow.getHandle(id).signal(releaseDeviceSignal, note);
+          }
+        });
       };
       /**
        * Many waiting tasks' enqueues in one signal (`enqueueTasks`): each read from its task
@@ -438,7 +479,10 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
             .getHandle(schedulerWorkflowId(pool))
             .query(schedulerStateQuery)
             .catch((err: unknown) => {
-              ctx.log.warn('pool recovery: could not read the scheduler to confirm its batches', { pool, error: String(err) });
+              ctx.log.warn('pool recovery: could not read the scheduler to confirm its batches', {
+                pool,
+                error: String(err),
+              });
               return undefined;
             });
           if (!view) continue;
@@ -469,7 +513,9 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
         await tell(missing, askIfWaiting);
       };
       const pass = async (): Promise<void> => {
-        const tasks = await ids(`${FleetKind.name} = 'task' AND ${FleetPool.name} = ${p} AND ${running} AND ${taskQueues}`);
+        const tasks = await ids(
+          `${FleetKind.name} = 'task' AND ${FleetPool.name} = ${p} AND ${running} AND ${taskQueues}`,
+        );
         const hosts = await ids(`${FleetKind.name} = 'host' AND ${running} AND ${control}`);
         await tell(hosts, (id) => client.workflow.getHandle(id).signal(republishHostSignal, { pool, reason }));
         await tell(tasks, enqueueAgain, askIfWaiting); // late, one by one: no batch is sent after them
@@ -550,7 +596,9 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
           await client.workflow.signalWithStart<typeof deviceWorkflow, [{ by: string; at: number }]>('deviceWorkflow', {
             workflowId: deviceWorkflowId(req.hostId, deviceId),
             taskQueue: config.controlTaskQueue,
-            args: [{ hostId: req.hostId, deviceId, historyLimit: config.historyLimit, ...(restored ? { restored } : {}) }],
+            args: [
+              { hostId: req.hostId, deviceId, historyLimit: config.historyLimit, ...(restored ? { restored } : {}) },
+            ],
             signal: adoptDeviceSignal,
             // The publish's version: the host workflow's clock, which is the server's, as is the
             // retirement's `at` (a control-plane machine's clock could be behind it).

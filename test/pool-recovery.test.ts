@@ -8,6 +8,7 @@
 import assert from 'node:assert/strict';
 import type { WorkflowClientInterceptor, WorkflowHandle } from '@temporalio/client';
 import { temporal } from '@temporalio/proto';
+import { undeliveredSignals } from '../activities/control-plane';
 import { AdmissionPendingError } from '../control-plane/client';
 import { schedulerInput } from '../control-plane/config';
 import { recordsPatch } from '../control-plane/signal-auth';
@@ -630,5 +631,41 @@ describe('pool recovery: a scheduler or device workflow lost and started anew; n
     const done = await f.fleet.wait(taskId, { timeoutMs: 60_000 });
     assert.equal(done.status, 'done');
     assert.equal(done.admitted, true);
+  });
+});
+
+describe('pool recovery: what a lost scheduler run sent that never arrived', () => {
+  // Chaos run 97004 (session 32): a scheduler terminated 3 ms after the workflow task that passed
+  // a release on to its device; the server dropped the undelivered signal, and the device stayed
+  // held by a task that had ended. The recovery now sends such releases again.
+  const initiated = (eventId: number, workflowId: string, signalName: string) =>
+    temporal.api.history.v1.HistoryEvent.fromObject({
+      eventId,
+      signalExternalWorkflowExecutionInitiatedEventAttributes: {
+        workflowExecution: { workflowId },
+        signalName,
+        input: { payloads: [{ data: Buffer.from(String(eventId)) }] },
+      },
+    });
+  it('finds the signals initiated by command and neither delivered nor failed, of the names asked for', () => {
+    const events = [
+      initiated(5, 'device/h/d1', 'releaseDevice'),
+      temporal.api.history.v1.HistoryEvent.fromObject({
+        eventId: 6,
+        externalWorkflowExecutionSignaledEventAttributes: { initiatedEventId: 5 },
+      }),
+      initiated(7, 'device/h/d2', 'releaseDevice'),
+      temporal.api.history.v1.HistoryEvent.fromObject({
+        eventId: 8,
+        signalExternalWorkflowExecutionFailedEventAttributes: { initiatedEventId: 7 },
+      }),
+      initiated(9, 'device/h/d3', 'reserveDevice'),
+      initiated(10, 'device/h/d4', 'releaseDevice'),
+    ];
+    const found = undeliveredSignals(events, ['releaseDevice']);
+    assert.deepEqual(
+      found.map((f) => [f.workflowId, f.signal, Buffer.from(f.payloads![0].data!).toString()]),
+      [['device/h/d4', 'releaseDevice', '10']],
+    );
   });
 });
