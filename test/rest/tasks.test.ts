@@ -217,9 +217,12 @@ describe('REST: tasks', () => {
     await untilStatus(id, 'cancelled');
   });
 
-  it('lists by status, owner and pool, paged with a cursor; a submitter lists only its own', async () => {
-    // A pool of its own, served by a host whose only device is in maintenance: the tasks stay queued.
-    const pool = uid('lst');
+  /**
+   * A pool of its own, served by a host whose only device is in maintenance, so its tasks stay
+   * queued; one task submitted by each [who, name] in order. Resolves with the pool and the ids by name.
+   */
+  const queuedInOwnPool = async (prefix: string, tasks: ReadonlyArray<readonly [Who, string]>) => {
+    const pool = uid(prefix);
     await rf.f.addHost(uid('lsth'), [{ deviceId: 'x', pool, health: 'maintenance' }]);
     await eventually(
       async () =>
@@ -229,16 +232,21 @@ describe('REST: tasks', () => {
       'the host pool',
     );
     const ids: Record<string, string> = {};
-    for (const [who, n] of [
-      ['alice', 'a1'],
-      ['bob', 'b1'],
-      ['bob', 'b2'],
-      ['bob', 'b3'],
-    ] as const) {
+    for (const [who, n] of tasks) {
       const r = await post(who, { pool, goal: `listed ${n}` });
       assert.equal(r.status, 201, r.text);
       ids[n] = r.body.taskId;
     }
+    return { pool, ids };
+  };
+
+  it('lists by status, owner and pool, paged with a cursor; a submitter lists only its own', async () => {
+    const { pool, ids } = await queuedInOwnPool('lst', [
+      ['alice', 'a1'],
+      ['bob', 'b1'],
+      ['bob', 'b2'],
+      ['bob', 'b3'],
+    ]);
     const list = (who: Who, q: string) => get(who, `/v1/tasks?pool=${pool}&${q}`);
     await eventually(
       async () => ((await list('admin', 'limit=50')).body.items.length === 4 ? true : undefined),
@@ -302,27 +310,13 @@ describe('REST: tasks', () => {
   });
 
   it("a submitter's listing loses no task when one it was shown ends before the next page is asked for", async () => {
-    const pool = uid('lst2');
-    await rf.f.addHost(uid('lsth'), [{ deviceId: 'x', pool, health: 'maintenance' }]);
-    await eventually(
-      async () =>
-        (await rf.f.client.workflow.getHandle(`scheduler/${pool}`).describe()).status.name === 'RUNNING'
-          ? true
-          : undefined,
-      'the host pool',
-    );
     // Newest first, the listing is c, x, d, e; alice sees c, d and e (x is bob's).
-    const ids: Record<string, string> = {};
-    for (const [who, n] of [
+    const { pool, ids } = await queuedInOwnPool('lst2', [
       ['alice', 'e'],
       ['alice', 'd'],
       ['bob', 'x'],
       ['alice', 'c'],
-    ] as const) {
-      const r = await post(who, { pool, goal: `listed ${n}` });
-      assert.equal(r.status, 201, r.text);
-      ids[n] = r.body.taskId;
-    }
+    ]);
     const list = (q: string) => get('alice', `/v1/tasks?pool=${pool}&${q}`);
     await eventually(async () => ((await list('limit=50')).body.items.length === 3 ? true : undefined), 'visibility');
     const p1 = await list('limit=2');
