@@ -88,8 +88,7 @@ async function unhandledSignals(
   const out: Array<{ signal: string; payloads: Payload[] | null | undefined }> = [];
   for (const e of events.slice(from)) {
     const sig = e.workflowExecutionSignaledEventAttributes;
-    if (sig?.signalName && names.includes(sig.signalName))
-      out.push({ signal: sig.signalName, payloads: sig.input?.payloads });
+    if (sig?.signalName && names.includes(sig.signalName)) out.push({ signal: sig.signalName, payloads: sig.input?.payloads });
   }
   return out;
 }
@@ -172,13 +171,10 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
           running = true;
           const startedAt = lost.startTime.getTime();
           let before: { runId: string; taskQueue: string; closed: number } | undefined;
-          for await (const wf of client.workflow.list({
-            query: `WorkflowId = ${visibilityString(id)} AND ${STOPPED}`,
-          })) {
+          for await (const wf of client.workflow.list({ query: `WorkflowId = ${visibilityString(id)} AND ${STOPPED}` })) {
             const closed = wf.closeTime?.getTime() ?? 0;
             const recent = closed <= startedAt && closed > startedAt - RESTORE_RESEND_WINDOW_MS;
-            if (recent && (!before || closed > before.closed))
-              before = { runId: wf.runId, taskQueue: wf.taskQueue, closed };
+            if (recent && (!before || closed > before.closed)) before = { runId: wf.runId, taskQueue: wf.taskQueue, closed };
           }
           if (!before) return { unhandled: [] };
           target = before;
@@ -216,11 +212,7 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
    */
   const releaseIfLetGo = async (held: Reservation): Promise<void> => {
     if (await stillHeld(held).catch(() => true)) return;
-    const note = {
-      leaseId: held.leaseId,
-      reason: 'task_released',
-      detail: 'while its device workflow was started again',
-    };
+    const note = { leaseId: held.leaseId, reason: 'task_released', detail: 'while its device workflow was started again' };
     await client.workflow.getHandle(deviceWorkflowId(held.hostId, held.deviceId)).signal(releaseDeviceSignal, note);
   };
 
@@ -350,8 +342,7 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
               await send(id);
               late.delete(id);
             } catch (err) {
-              if (err instanceof WorkflowNotFoundError)
-                late.delete(id); // ended meanwhile
+              if (err instanceof WorkflowNotFoundError) late.delete(id); // ended meanwhile
               else ctx.log.warn('pool recovery: a signal failed again', { pool, workflowId: id, error: String(err) });
             }
           });
@@ -368,7 +359,8 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
       let releasesFrom: string | undefined;
       const passOnLostReleases = async (): Promise<void> => {
         let lost: { workflowId: string; runId: string; start: number } | undefined;
-        const query = `WorkflowId = ${visibilityString(scheduler.workflowId)} AND ${STOPPED}`;
+        const query =
+          `WorkflowId = ${visibilityString(scheduler.workflowId)} AND ${STOPPED}`;
         for await (const wf of client.workflow.list({ query })) {
           const start = wf.startTime.getTime();
           if (start < scheduler.startTime.getTime() && (!lost || start > lost.start)) {
@@ -479,10 +471,7 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
             .getHandle(schedulerWorkflowId(pool))
             .query(schedulerStateQuery)
             .catch((err: unknown) => {
-              ctx.log.warn('pool recovery: could not read the scheduler to confirm its batches', {
-                pool,
-                error: String(err),
-              });
+              ctx.log.warn('pool recovery: could not read the scheduler to confirm its batches', { pool, error: String(err) });
               return undefined;
             });
           if (!view) continue;
@@ -513,9 +502,7 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
         await tell(missing, askIfWaiting);
       };
       const pass = async (): Promise<void> => {
-        const tasks = await ids(
-          `${FleetKind.name} = 'task' AND ${FleetPool.name} = ${p} AND ${running} AND ${taskQueues}`,
-        );
+        const tasks = await ids(`${FleetKind.name} = 'task' AND ${FleetPool.name} = ${p} AND ${running} AND ${taskQueues}`);
         const hosts = await ids(`${FleetKind.name} = 'host' AND ${running} AND ${control}`);
         await tell(hosts, (id) => client.workflow.getHandle(id).signal(republishHostSignal, { pool, reason }));
         await tell(tasks, enqueueAgain, askIfWaiting); // late, one by one: no batch is sent after them
@@ -596,9 +583,7 @@ export function createControlPlaneActivities({ client, config }: ControlPlaneDep
           await client.workflow.signalWithStart<typeof deviceWorkflow, [{ by: string; at: number }]>('deviceWorkflow', {
             workflowId: deviceWorkflowId(req.hostId, deviceId),
             taskQueue: config.controlTaskQueue,
-            args: [
-              { hostId: req.hostId, deviceId, historyLimit: config.historyLimit, ...(restored ? { restored } : {}) },
-            ],
+            args: [{ hostId: req.hostId, deviceId, historyLimit: config.historyLimit, ...(restored ? { restored } : {}) }],
             signal: adoptDeviceSignal,
             // The publish's version: the host workflow's clock, which is the server's, as is the
             // retirement's `at` (a control-plane machine's clock could be behind it).

@@ -49,6 +49,7 @@ import {
 import { requestDifferences, type TaskRequest } from './requests';
 import {
   initialTaskView,
+  LEASE_MIN_MESSAGE,
   MAX_ATTEMPTS_LIMIT,
   MAX_TIMER_MESSAGE,
   MAX_TIMER_MS,
@@ -57,7 +58,7 @@ import {
   policyBoundProblems,
   validateTaskInput,
 } from '../workflows/policy';
-import { LEASE_MIN_MESSAGE, taskWorkflowQueue, timerMs, type ControlPlaneConfig } from './config';
+import { taskWorkflowQueue, timerMs, type ControlPlaneConfig } from './config';
 import { recordsPatch, signalTagFor } from './signal-auth';
 import { SIGNAL_AUTH_PATCH, SIGNAL_NAMES_PATCH } from '../workflows/authenticity';
 import { SupersededRuns } from './superseded';

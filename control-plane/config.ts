@@ -14,6 +14,7 @@ import {
 } from '../workflows/ids';
 import {
   DEFAULT_POLICY,
+  LEASE_MIN_MESSAGE,
   MAX_ATTEMPTS_LIMIT,
   MAX_TIMER_MESSAGE,
   MAX_TIMER_MS,
@@ -49,7 +50,6 @@ const poolName = z.string().superRefine((name, ctx) => {
 export function timerMs() {
   return z.number().int().max(MAX_TIMER_MS, MAX_TIMER_MESSAGE);
 }
-export const LEASE_MIN_MESSAGE = `at least ${MIN_LEASE_TIMEOUT_MS} ms (the host heartbeats every quarter lease)`;
 
 export const SchedulerConfigSchema = z.strictObject({
   strategy: strategyName.default('fifo_match'),

@@ -38,6 +38,7 @@ export const MAX_TIMER_MESSAGE = `at most ${MAX_TIMER_MS} ms (2^31 - 1, about 24
  * server across a network, and a healthy run would stop itself.
  */
 export const MIN_LEASE_TIMEOUT_MS = 1_000;
+export const LEASE_MIN_MESSAGE = `at least ${MIN_LEASE_TIMEOUT_MS} ms (the host heartbeats every quarter lease)`;
 
 /** A task policy's durations, each of which ends up in a timer (the host's, or a date the workflows compute). */
 const POLICY_DURATIONS = [
@@ -65,9 +66,7 @@ export function policyBoundProblems(p: TaskPolicy): string[] {
     if (typeof v === 'number' && v > MAX_TIMER_MS) problems.push(`policy.backoff.${key}: ${MAX_TIMER_MESSAGE}`);
   }
   if (typeof p.leaseTimeoutMs === 'number' && p.leaseTimeoutMs > 0 && p.leaseTimeoutMs < MIN_LEASE_TIMEOUT_MS) {
-    problems.push(
-      `policy.leaseTimeoutMs: at least ${MIN_LEASE_TIMEOUT_MS} ms (the host heartbeats every quarter lease)`,
-    );
+    problems.push(`policy.leaseTimeoutMs: ${LEASE_MIN_MESSAGE}`);
   }
   return problems;
 }
