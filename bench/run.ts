@@ -23,7 +23,7 @@ import { parseArgs } from 'node:util';
 import { devServerTuningArgs } from '../control-plane/temporal-cli';
 import { startBenchEnv, type BenchEnv } from './lib/env';
 import { forgetFleets, longLivedWorkflows, retireFleets, setHostPollers } from './lib/fleet';
-import { log } from './lib/util';
+import { log, round, sleep } from './lib/util';
 import { formatMarkdown, formatTable, writeReport, type Report } from './report';
 import { HistoryTally } from './scenarios/history-check';
 import { memory } from './scenarios/memory';
@@ -32,7 +32,7 @@ import { p2Latency } from './scenarios/p2-latency';
 import { p3Cost } from './scenarios/p3-cost';
 import { p4Recovery } from './scenarios/p4-recovery';
 import { p5Scale } from './scenarios/p5-scale';
-import type { BenchOptions, Scenario, ScenarioResult } from './scenarios/types';
+import type { BenchOptions, Row, Scenario, ScenarioResult } from './scenarios/types';
 
 const SCENARIOS: Record<string, Scenario> = { P1: p1Throughput, P2: p2Latency, P3: p3Cost, P4: p4Recovery, P5: p5Scale, MEM: memory };
 
@@ -132,6 +132,44 @@ function busiestProcesses(): string[] {
   }
 }
 
+/**
+ * What this process (the harness: in-process workers, hosts, clients) carries into a scenario:
+ * its CPU over a few idle seconds, its memory and its live handles. Scenarios share this process,
+ * so whatever one leaves behind (a timer, a connection, a large heap) would weigh on the next.
+ */
+interface HarnessState {
+  idleCores: number;
+  rssMiB: number;
+  heapUsedMiB: number;
+  activeResources: Record<string, number>;
+}
+
+async function harnessState(idleMs = 5_000): Promise<HarnessState> {
+  const u0 = process.cpuUsage();
+  const t0 = performance.now();
+  await sleep(idleMs);
+  const u = process.cpuUsage(u0);
+  const mem = process.memoryUsage();
+  const activeResources: Record<string, number> = {};
+  for (const r of process.getActiveResourcesInfo()) activeResources[r] = (activeResources[r] ?? 0) + 1;
+  return {
+    idleCores: round((u.user + u.system) / 1e3 / (performance.now() - t0), 3),
+    rssMiB: round(mem.rss / 2 ** 20, 1),
+    heapUsedMiB: round(mem.heapUsed / 2 ** 20, 1),
+    activeResources,
+  };
+}
+
+function harnessRow(h: HarnessState): Row {
+  const handles = Object.entries(h.activeResources)
+    .map(([k, v]) => `${k} ${v}`)
+    .join(', ');
+  return {
+    metric: 'the bench process before this scenario: CPU cores over 5 idle s / RSS / V8 heap used (MiB) / live handles',
+    fleet: `${h.idleCores} / ${h.rssMiB} / ${h.heapUsedMiB} / ${handles || 'none'}`,
+  };
+}
+
 function machine(be: BenchEnv | undefined): Record<string, unknown> {
   const cpus = os.cpus();
   return {
@@ -200,11 +238,14 @@ async function main(): Promise<void> {
           break;
         }
       }
+      const harness = await harnessState();
+      log(`=== ${id} === (this process before it: ${JSON.stringify(harness)})`);
       const t0 = Date.now();
-      log(`=== ${id} ===`);
       try {
         const r = await SCENARIOS[id](be, opts);
         r.durationMs = Date.now() - t0;
+        r.rows.push(harnessRow(harness));
+        r.details.harnessBefore = harness;
         results.push(r);
       } catch (err) {
         log(`${id} failed: ${(err as Error)?.stack ?? String(err)}`);

@@ -108,7 +108,7 @@ interface QueuePhase {
    */
   serverOps: Record<string, { calls: number; ms: number }>;
   /** CPU cores used while the cycles ran (device added -> last start). */
-  cycleCores: { server: number; controlPlane: number };
+  cycleCores: { server: number; controlPlane: number; benchProcess: number; others: number };
   schedulerWftWorkMs: Summary;
   schedulerWftWaitMs: Summary;
   schedulerRuns: number;
@@ -381,6 +381,8 @@ async function queuePhase(
     cycleCores: {
       server: round(cycleCpu.serverSec / cycleCpu.wallSec, 2),
       controlPlane: round((cycleCpu.extra.controlPlane ?? NaN) / cycleCpu.wallSec, 2),
+      benchProcess: round(cycleCpu.benchProcessSec / cycleCpu.wallSec, 2),
+      others: round(cycleCpu.othersSec / cycleCpu.wallSec, 2),
     },
     schedulerWftWorkMs: summarize(wft.workMs),
     schedulerWftWaitMs: summarize(wft.waitMs),
@@ -612,8 +614,8 @@ export const p5Scale: Scenario = async (be, o) => {
         fleet: `${s.settle.ms} -> ${l.settle.ms}`,
       },
       {
-        metric: `  CPU cores during the cycles, server / control plane: 100 -> ${n}`,
-        fleet: `${s.cycleCores.server} / ${s.cycleCores.controlPlane} -> ${l.cycleCores.server} / ${l.cycleCores.controlPlane}`,
+        metric: `  CPU cores during the cycles, server / control plane / this process (host, clients) / other processes: 100 -> ${n}`,
+        fleet: [s, l].map((p) => `${p.cycleCores.server} / ${p.cycleCores.controlPlane} / ${p.cycleCores.benchProcess} / ${p.cycleCores.others}`).join(' -> '),
       },
       // Where the server's time per cycle went: the eight biggest at the large queue.
       ...Object.entries(l.serverOps)
