@@ -29,7 +29,7 @@ import type {
 } from '../workflows/types';
 import { sign, type HostCredential } from './identity';
 import type { DeviceClaims } from './claims';
-import type { Journal } from './journal';
+import { processIdentity, type Journal, type JournalEntry } from './journal';
 import { UnknownDefinitionError, type RunResult, type Runners } from './runners';
 import type { HostLog } from './logging';
 import { instant, leaseTimings, ProvenLease } from './lease';
@@ -62,6 +62,12 @@ export interface HostActivityDeps {
   takeoverWaitMs: number;
   /** Active assignments persisted before work starts (seed 004 journal); removed when the attempt ends. */
   journal?: Pick<Journal, 'add' | 'remove'>;
+  /**
+   * An attempt ended with its runner's process group still alive after SIGKILL (`entry.pid`): the
+   * host keeps the device out of rotation until the group is gone, then removes the journal entry,
+   * which is left in place (with the group's pid) until then.
+   */
+  leftBehind?(entry: JournalEntry): void;
   /** Each message with its level (info when left out). */
   log?: HostLog;
 }
@@ -258,24 +264,40 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
         if (superseded.signal.aborted) throw staleLease();
         return refuse(Reason.DeviceUnavailable, refusal!, true);
       }
+      const entry: JournalEntry = {
+        taskId: a.taskId,
+        attempt: a.attempt,
+        leaseId: a.leaseId,
+        deviceId: a.deviceId,
+        startedAt: claimedAt,
+        workflowId: ctx.info.workflowExecution!.workflowId,
+        runId: ctx.info.workflowExecution!.runId,
+        activityId: ctx.info.activityId,
+      };
+      /** The runner's process group that outlived SIGKILL, if it left one (RunContext.leftBehind). */
+      let survivors: number | undefined;
       try {
-        await deps.journal?.add({
-          taskId: a.taskId,
-          attempt: a.attempt,
-          leaseId: a.leaseId,
-          deviceId: a.deviceId,
-          startedAt: claimedAt,
-          workflowId: ctx.info.workflowExecution!.workflowId,
-          runId: ctx.info.workflowExecution!.runId,
-          activityId: ctx.info.activityId,
-        });
+        await deps.journal?.add(entry);
         return await run(device!);
       } finally {
         stopTimers();
+        if (survivors !== undefined) {
+          const left = { ...entry, pid: survivors, ...processIdentity(survivors) };
+          log(
+            "the run's processes outlived SIGKILL: its device stays out of rotation until they are gone",
+            { taskId: a.taskId, attempt: a.attempt, deviceId: a.deviceId, pid: survivors },
+            'error',
+          );
+          // Before the claim goes, so the device is never offered while they live.
+          deps.leftBehind?.(left);
+          await deps.journal?.add(left).catch((err) => log('journal pid not recorded', { error: String(err) }, 'error'));
+        }
         deps.claims.release(a.deviceId, holder);
-        await deps.journal
-          ?.remove(a.taskId, a.attempt)
-          .catch((err) => log('journal remove failed', { error: String(err) }, 'error'));
+        if (survivors === undefined) {
+          await deps.journal
+            ?.remove(a.taskId, a.attempt)
+            .catch((err) => log('journal remove failed', { error: String(err) }, 'error'));
+        }
       }
 
       async function run(onDevice: DeviceSnapshot): Promise<SignedRunOutcome> {
@@ -327,6 +349,9 @@ export function createHostActivities(deps: HostActivityDeps): HostActivities {
           device: onDevice,
           signal,
           kill: kill.signal,
+          leftBehind: (pgid: number) => {
+            survivors = pgid;
+          },
           started: () => {
             if (startedAt !== undefined) return;
             startedAt = Date.now();

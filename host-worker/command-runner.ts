@@ -125,6 +125,7 @@ export function createCommandGoalRunner(opts: CommandGoalRunnerOptions): GoalRun
           ctx.started();
           opts.onSpawn?.(pid, ctx);
         },
+        onSurvivors: (pgid) => ctx.leftBehind?.(pgid),
         onLine: (line) => ctx.progress(line),
       });
       return toRunResult(r, exitCodes, `"${command[0]}"`);
@@ -152,6 +153,7 @@ export function createCommandStepExecutor(opts: CommandStepExecutorOptions): Ste
       kill: ctx.kill,
       timeoutMs: step.timeoutMs ?? opts.defaultStepTimeoutMs,
       onSpawn: (pid) => opts.onSpawn?.(pid, ctx),
+      onSurvivors: (pgid) => ctx.leftBehind?.(pgid),
       onLine: (line) => ctx.progress(`${step.name}: ${line}`),
     });
     return toRunResult(r, exitCodes, `step "${step.name}" ("${step.command[0]}")`);
@@ -160,11 +162,18 @@ export function createCommandStepExecutor(opts: CommandStepExecutorOptions): Ste
 
 function fleetEnv(ctx: RunContext): Record<string, string> {
   return {
-    FLEET_TASK_ID: ctx.taskId,
-    FLEET_ATTEMPT: String(ctx.attempt),
-    FLEET_DEVICE_ID: ctx.device.deviceId,
+    ...runnerMarks({ taskId: ctx.taskId, attempt: ctx.attempt, deviceId: ctx.device.deviceId }),
     FLEET_DRIVER_TYPE: ctx.device.driverType,
   };
+}
+
+/**
+ * The variables that name an attempt in its runner's environment (and so in every process it starts
+ * that keeps its environment): how a restarted host agent finds a runner whose pid its previous
+ * process did not live to journal (host.ts `reconcileJournal`).
+ */
+export function runnerMarks(a: { taskId: string; attempt: number; deviceId: string }): Record<string, string> {
+  return { FLEET_TASK_ID: a.taskId, FLEET_ATTEMPT: String(a.attempt), FLEET_DEVICE_ID: a.deviceId };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -196,6 +205,8 @@ export interface RunProcessOptions {
   maxLineLength?: number;
   maxProgressLinesPerSecond?: number;
   onSpawn?(pid: number): void;
+  /** The leader has exited and members of its group outlived SIGKILL: `runProcess` resolves anyway. */
+  onSurvivors?(pgid: number): void;
   onLine?(line: string): void;
 }
 
@@ -286,7 +297,7 @@ export function runProcess(argv: readonly string[], o: RunProcessOptions): Promi
       void (async () => {
         // The leader is gone; what it left in its group goes too.
         if (!terminating && groupAlive(pid)) terminating = terminateProcessGroup(pid, o.killGraceMs);
-        await terminating;
+        if ((await terminating) === false && groupAlive(pid)) o.onSurvivors?.(pid);
         // All writers are gone, so the pipes close; the bound only guards against a member we could not kill.
         await Promise.race([closed, delay(2_000)]);
         child.stdout?.destroy();

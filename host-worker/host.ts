@@ -21,7 +21,8 @@ import {
 import { createHostActivities } from './activities';
 import { createHostSessionActivities } from './session';
 import { sign, type HostCredential } from './identity';
-import { groupAlive, terminateProcessGroup } from './process-group';
+import { groupAlive, groupsWithEnvironment, terminateProcessGroup } from './process-group';
+import { runnerMarks } from './command-runner';
 import { describeError } from '../control-plane/log';
 import { DeviceClaims } from './claims';
 import type { DeviceDriver } from './drivers';
@@ -148,16 +149,30 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
     leftovers.size === 0
       ? devices
       : new Map([...devices].map(([id, d]) => [id, leftovers.has(id) ? { ...d, state: 'offline' as const } : d]));
+  /** While there are leftovers: looks every 2 s whether one's group has gone, and then runs the snapshot loop's check. */
+  let leftoverWatch: NodeJS.Timeout | undefined;
+  /** A run of this process whose processes outlived SIGKILL: its device is held like a leftover. */
+  const leftBehind = (e: JournalEntry): void => {
+    leftovers.set(e.deviceId, e);
+    leftoverWatch ??= setInterval(() => {
+      if ([...leftovers.values()].some((l) => !(l.pid && groupAlive(l.pid)))) kick();
+    }, 2_000).unref();
+    kick();
+  };
   /** A leftover runner whose group has gone since: its device is back, its journal entry removed. */
   const checkLeftovers = async (): Promise<void> => {
     for (const [deviceId, e] of leftovers) {
       if (e.pid && groupAlive(e.pid)) continue;
       leftovers.delete(deviceId);
+      if (leftovers.size === 0) {
+        clearInterval(leftoverWatch);
+        leftoverWatch = undefined;
+      }
       await opts.journal
         ?.remove(e.taskId, e.attempt)
         .catch((err) => log('journal remove failed', { error: String(err) }, 'error'));
       log(
-        'the runner left by the previous process has ended: the device is back in rotation',
+        'the processes a runner left on the device have ended: the device is back in rotation',
         { deviceId, pid: e.pid },
         'warn',
       );
@@ -223,6 +238,7 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
         takeoverWaitMs: opts.takeoverWaitMs ?? DEFAULT_TAKEOVER_WAIT_MS,
         claims,
         journal: opts.journal,
+        leftBehind,
         log,
       }),
     },
@@ -375,6 +391,7 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
     stop(stopOpts) {
       stopped ??= (async () => {
         clearInterval(loop);
+        clearInterval(leftoverWatch);
         kick = () => undefined;
         again = false;
         closing = true;
@@ -418,23 +435,18 @@ export async function reconcileJournal(
   let reported = 0;
   for (const e of journal.entries()) {
     let survived = false;
-    // Only the runner it recorded: after a reboot, or once the pid is reused, it is someone else's.
-    if (e.pid && stillSameProcess(e)) {
-      const gone = await terminateProcessGroup(e.pid, opts.killGraceMs ?? 2_000).catch(() => false);
-      if (!gone) {
+    for (const pgid of leftoverGroups(e, log)) {
+      const gone = await terminateProcessGroup(pgid, opts.killGraceMs ?? 2_000).catch(() => false);
+      if (!gone && !survived) {
         survived = true;
         log?.(
           'a runner left by the previous process survived SIGKILL: its device stays out of rotation while its process group lives',
-          { pid: e.pid, taskId: e.taskId, attempt: e.attempt, deviceId: e.deviceId },
+          { pid: pgid, taskId: e.taskId, attempt: e.attempt, deviceId: e.deviceId },
           'error',
         );
-        opts.onSurvived?.(e);
+        opts.onSurvived?.({ ...e, pid: pgid });
       }
-    } else if (e.pid)
-      log?.('a runner recorded in the journal is gone (its pid is not that process now): not signalled', {
-        pid: e.pid,
-        taskId: e.taskId,
-      });
+    }
     if (e.workflowId && e.activityId) {
       const now = Date.now();
       const outcome: RunOutcome = {
@@ -469,6 +481,41 @@ export async function reconcileJournal(
     if (!survived) await journal.remove(e.taskId, e.attempt);
   }
   return reported;
+}
+
+/**
+ * The process groups a journal entry's runner may have left: the group it recorded, while its pid is
+ * still that process (after a reboot, or once the pid is reused, it is someone else's); or, when the
+ * previous process died between starting a command and journaling its pid, the groups whose members
+ * carry the attempt's marks in their environment (`runnerMarks`). An entry of a runner that started
+ * no process (the sim runner) finds none.
+ */
+function leftoverGroups(e: JournalEntry, log?: HostLog): number[] {
+  if (e.pid) {
+    if (stillSameProcess(e)) return [e.pid];
+    log?.('a runner recorded in the journal is gone (its pid is not that process now): not signalled', {
+      pid: e.pid,
+      taskId: e.taskId,
+    });
+    return [];
+  }
+  const found = groupsWithEnvironment(runnerMarks(e));
+  if (found === undefined) {
+    log?.(
+      'an attempt of the previous process has no runner pid in the journal, and this platform cannot look for its process: if it had started a command, stop it by hand',
+      { taskId: e.taskId, attempt: e.attempt, deviceId: e.deviceId },
+      'warn',
+    );
+    return [];
+  }
+  if (found.length > 0) {
+    log?.(
+      'found a runner the previous process started but did not journal the pid of: stopping it',
+      { pids: found, taskId: e.taskId, attempt: e.attempt, deviceId: e.deviceId },
+      'warn',
+    );
+  }
+  return found;
 }
 
 /** Default HostOptions.takeoverWaitMs. */

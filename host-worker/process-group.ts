@@ -55,6 +55,48 @@ export function groupAlive(pgid: number): boolean {
   return false;
 }
 
+/**
+ * The process groups (Linux, from /proc) with a member whose environment holds every one of `vars`,
+ * e.g. a runner's FLEET_TASK_ID, FLEET_ATTEMPT and FLEET_DEVICE_ID: how a restarted host agent finds
+ * a runner its previous process started but did not live to journal the pid of. Never this
+ * process's own group. Processes not ours to read are passed over. Undefined where the platform
+ * cannot tell (no /proc).
+ */
+export function groupsWithEnvironment(vars: Record<string, string>): number[] | undefined {
+  if (process.platform !== 'linux') return undefined;
+  let pids: string[];
+  try {
+    pids = readdirSync('/proc').filter((n) => /^\d+$/.test(n));
+  } catch {
+    return undefined;
+  }
+  const wanted = Object.entries(vars).map(([k, v]) => `${k}=${v}`);
+  const own = groupOf('self');
+  const groups = new Set<number>();
+  for (const p of pids) {
+    let environ: string[];
+    try {
+      environ = readFileSync(`/proc/${p}/environ`, 'utf8').split('\0');
+    } catch {
+      continue; // exited meanwhile, or not ours to read
+    }
+    if (!wanted.every((w) => environ.includes(w))) continue;
+    const pgid = groupOf(p);
+    if (pgid !== undefined && pgid > 1 && pgid !== own) groups.add(pgid);
+  }
+  return [...groups];
+}
+
+function groupOf(pid: string): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const pgid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]);
+    return Number.isInteger(pgid) ? pgid : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 async function waitGroupGone(pgid: number, ms: number): Promise<boolean> {
   const deadline = Date.now() + ms;
   while (groupAlive(pgid)) {

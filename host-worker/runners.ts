@@ -19,6 +19,13 @@ export interface RunContext {
   kill?: AbortSignal;
   /** Call once the work has really started on the device (recorded as the `running` fact). */
   started(): void;
+  /**
+   * Call when the run ends with processes of its own left on the device that would not die (its
+   * process group `pgid` outlived SIGKILL): the host keeps the device out of rotation (reported
+   * offline, assignments refused) until the group is gone, and keeps the attempt's journal entry so
+   * that a restarted host agent deals with the group too.
+   */
+  leftBehind?(pgid: number): void;
   /** A progress line; the host numbers them with a monotonic sequence. */
   progress(message: string): void;
 }

@@ -11,7 +11,10 @@ import { enrollHost, sendHostChange } from '../control-plane/hosts';
 import { generateHostCredential, publicKeys, saveHostCredential } from '../host-worker/identity';
 import { hostWorkflowId } from '../workflows/ids';
 import { hostStateQuery, setDeviceDrainSignal, setHostDrainSignal } from '../workflows/messages';
-import type { JournalEntry } from '../host-worker/journal';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { Journal, type JournalEntry } from '../host-worker/journal';
+import type { Runners } from '../host-worker/runners';
+import { createSimRunners } from '../host-worker/sim';
 import { eventually, sessionRunning, startFleet, uid, type Fleet } from './helpers/fleet';
 import { spawnHost as spawnHostProcess, type HostProcess } from './helpers/processes';
 import { testEnv } from './setup';
@@ -216,6 +219,58 @@ describe('host agent (seed 002)', () => {
     await f.waitForStatus(taskId, 'done');
   });
 
+  it('A run whose processes outlive SIGKILL keeps its device out of rotation, and journaled, until they are gone', async () => {
+    f = await startFleet('left-behind');
+    const journal = await Journal.open(join(mkdtempSync(join(tmpdir(), 'fleet-left-')), 'journal.json'));
+    const sim = createSimRunners();
+    let group: ChildProcess | undefined;
+    // Stands in for the command runner's report (runProcess onSurvivors -> ctx.leftBehind): a
+    // process that survives SIGKILL (uninterruptible sleep) cannot be made on purpose here.
+    const runners: Runners = {
+      ...sim,
+      goal: {
+        async runGoal(goal, ctx) {
+          if (goal !== 'leave a process') return sim.goal.runGoal(goal, ctx);
+          group = spawn('sleep', ['60'], { detached: true, stdio: 'ignore' });
+          await new Promise((r) => group!.once('spawn', r));
+          ctx.started();
+          ctx.leftBehind?.(group.pid!);
+          return { status: 'failed', retryable: false, reason: 'exit_code_1', message: 'left a process behind' };
+        },
+      },
+    };
+    await f.addHost('L', [{ deviceId: 'l1' }], { runners, journal });
+    try {
+      const first = await f.fleet.submit({ goal: 'leave a process' });
+      await f.waitForStatus(first.taskId, 'failed');
+      assert.deepEqual(
+        journal.entries().map((e) => [e.taskId, e.pid]),
+        [[first.taskId, group!.pid]],
+        'the attempt stays journaled, with the group that lives on',
+      );
+      await eventually(
+        async () => ((await f!.scheduler()).devices.find((d) => d.deviceId === 'l1')?.state === 'offline' ? true : undefined),
+        'l1 reported offline',
+      );
+      const second = await f.fleet.submit({ goal: 'x [sim duration=50]' });
+      await sleep(1_500);
+      assert.equal((await f.fleet.get(second.taskId)).status, 'queued', 'nothing runs on l1 while the group lives');
+      process.kill(-group!.pid!, 'SIGKILL');
+      await f.waitForStatus(second.taskId, 'done', 20_000);
+      assert.deepEqual(
+        journal.entries().filter((e) => e.taskId === first.taskId),
+        [],
+        'the entry goes with the group',
+      );
+    } finally {
+      try {
+        if (group?.pid) process.kill(-group.pid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+  });
+
   it('Discovery that keeps failing: the devices the host can no longer see are reported unhealthy (no work) until it works again', async () => {
     f = await startFleet('discovery-fails');
     const device = { deviceId: 'a1', driverType: 'sim', tags: [], state: 'idle' as const, health: 'good' as const };
@@ -376,6 +431,40 @@ describe('host journal and restart (seed 004)', () => {
     assert.equal(alive(entry.pid), true, 'the runner outlived its agent');
     await f.spawnHost('P', ['p1'], { restart: true });
     await eventually(async () => (alive(entry.pid) ? undefined : true), 'the leftover runner stopped', 20_000);
+    await f.waitFor(taskId, (v) => v.attempts[0]?.reason === 'host_restarted', 'attempt 1 reported', 30_000);
+    await f.fleet.cancel(taskId);
+  });
+
+  it('On host restart, a command runner whose pid the crashed process never journaled is still found (by its attempt in its environment) and stopped', async () => {
+    f = await startFleet('journal-nopid');
+    const first = await f.spawnHost('N', ['n1'], {
+      hostTimeoutMs: 60_000,
+      config: {
+        runner: { type: 'command', command: ['sh', '-c', 'sleep 120 & wait'], goalAs: 'env', killGraceMs: 500 },
+      },
+    });
+    const { taskId } = await f.fleet.submit({ goal: 'sleeps', policy: { leaseTimeoutMs: 60_000 } });
+    const journalPath = join(dirname(f.hostConfigPath('N')!), `${f.hostId('N')}.journal.json`);
+    const entry = await eventually(async () => {
+      const e = (JSON.parse(readFileSync(journalPath, 'utf8')) as { entries: JournalEntry[] }).entries[0];
+      return e?.pid ? (e as JournalEntry & { pid: number }) : undefined;
+    }, 'the runner pid journaled');
+    const alive = (pid: number) => {
+      try {
+        process.kill(-pid, 0);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    first.kill('SIGKILL');
+    await first.exited;
+    assert.equal(alive(entry.pid), true, "the runner's group outlived its agent");
+    // The journal as it is when the agent dies after the spawn but before the pid's write lands.
+    const { pid: _pid, pidBootId: _boot, pidStart: _start, ...withoutPid } = entry;
+    writeFileSync(journalPath, JSON.stringify({ version: 1, entries: [withoutPid] }));
+    await f.spawnHost('N', ['n1'], { restart: true });
+    await eventually(async () => (alive(entry.pid) ? undefined : true), 'the leftover runner group stopped', 20_000);
     await f.waitFor(taskId, (v) => v.attempts[0]?.reason === 'host_restarted', 'attempt 1 reported', 30_000);
     await f.fleet.cancel(taskId);
   });

@@ -16,6 +16,8 @@ import {
 } from '../../host-worker/journal';
 import type { Client } from '@temporalio/client';
 import { reconcileJournal } from '../../host-worker/host';
+import { runnerMarks } from '../../host-worker/command-runner';
+import { groupsWithEnvironment } from '../../host-worker/process-group';
 import { generateHostCredential } from '../../host-worker/identity';
 import { node, tempDirs } from './helpers';
 
@@ -373,6 +375,74 @@ describe('host journal: whose pid', () => {
       assert.ok(!logged.some((m) => m.includes('survived')), logged.join('; '));
     } finally {
       g.cleanup();
+    }
+  });
+
+  /** A detached group (leader + a child) whose environment carries `env`, as a command runner's does. */
+  async function markedGroup(env: Record<string, string>): Promise<{ leader: number; child: number; cleanup(): void }> {
+    const pids = join(tmp.make(), 'pids');
+    const leader = spawn('sh', ['-c', `sleep 100 & echo $! > "${pids}"; wait`], {
+      detached: true,
+      stdio: 'ignore',
+      env: { ...process.env, ...env },
+    });
+    await new Promise((r) => leader.once('spawn', r));
+    const deadline = Date.now() + 5_000;
+    while (!(existsSync(pids) && readFileSync(pids, 'utf8').trim())) {
+      if (Date.now() > deadline) throw new Error('the marked group did not start');
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const child = Number(readFileSync(pids, 'utf8').trim());
+    return {
+      leader: leader.pid!,
+      child,
+      cleanup: () => {
+        for (const p of [child, leader.pid!]) if (state(p) && state(p) !== 'Z') process.kill(p, 'SIGKILL');
+      },
+    };
+  }
+
+  it('a runner whose pid the previous process did not live to journal is found by its marks and stopped; other attempts are left alone', async function () {
+    if (!linux) this.skip(); // reason: a process's environment is read from /proc, which only Linux has
+    const taskId = `t-orphan-${process.pid}-${Date.now()}`;
+    const orphan = await markedGroup(runnerMarks({ taskId, attempt: 2, deviceId: 'd' }));
+    // The same task's next attempt, and the same attempt on another device: not this entry's runner.
+    const next = await markedGroup(runnerMarks({ taskId, attempt: 3, deviceId: 'd' }));
+    const elsewhere = await markedGroup(runnerMarks({ taskId, attempt: 2, deviceId: 'd2' }));
+    try {
+      assert.deepEqual(groupsWithEnvironment(runnerMarks({ taskId, attempt: 2, deviceId: 'd' })), [orphan.leader]);
+      const journal = await Journal.open(join(tmp.make(), 'journal.json'));
+      // Journaled before the spawn, the pid never recorded: the agent died in between.
+      await journal.add(entry({ taskId, attempt: 2, deviceId: 'd' }));
+      const logged: string[] = [];
+      await reconcileJournal(journal, generateHostCredential('h-orphan'), {} as Client, (m) => logged.push(m), {
+        killGraceMs: 100,
+      });
+      for (const p of [orphan.leader, orphan.child]) {
+        assert.ok(!state(p) || state(p) === 'Z', `the orphan's process ${p} is stopped (state ${state(p)})`);
+      }
+      for (const p of [next.leader, next.child, elsewhere.leader, elsewhere.child]) {
+        assert.equal(state(p) !== undefined && state(p) !== 'Z', true, `process ${p} of another attempt still runs`);
+      }
+      assert.deepEqual(journal.entries(), [], 'the group is gone: the entry is removed');
+      assert.ok(logged.some((m) => m.includes('did not journal the pid')), logged.join('; '));
+    } finally {
+      orphan.cleanup();
+      next.cleanup();
+      elsewhere.cleanup();
+    }
+  });
+
+  it("never names this process's own group, whatever its members' environment holds", async function () {
+    if (!linux) this.skip(); // reason: a process's environment is read from /proc, which only Linux has
+    const marks = runnerMarks({ taskId: `t-own-${process.pid}-${Date.now()}`, attempt: 1, deviceId: 'd' });
+    // Not detached: the child is in this process's group.
+    const child = spawn('sleep', ['30'], { stdio: 'ignore', env: { ...process.env, ...marks } });
+    try {
+      await new Promise((r) => child.once('spawn', r));
+      assert.deepEqual(groupsWithEnvironment(marks), []);
+    } finally {
+      child.kill('SIGKILL');
     }
   });
 });
