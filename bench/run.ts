@@ -8,15 +8,21 @@
  *   flags: --scenario P1,P2,P3,P4,P5,MEM  --tasks N  --hosts H  --devices D  --pollers N|default  --fill-budget-s S
  *          --concurrency C  --samples N  --p3-tasks N  --queue N  --cycles N
  *          --lease-ms MS  --mem-tasks N  --snapshot-ms MS  --host-timeout-ms MS  --server-tuning on|off
- *          --control-plane in-process|process  --p5-cache N  --server per-scenario|shared  --out PATH
+ *          --control-plane in-process|process  --p5-cache N  --server per-scenario|shared
+ *          --process per-scenario|shared  --out PATH
  *
  * Each scenario gets a fresh dev server (--server per-scenario, the default): its fleet and its
  * baselines share that server, and nothing a scenario before it left (open workflows, a larger
  * database) weighs on it. --server shared runs every scenario on one server, terminating each
  * scenario's fleet before the next.
+ *
+ * Each scenario also runs in a bench process of its own (--process per-scenario, the default
+ * with per-scenario servers): this process starts one child per scenario and merges their
+ * reports, so no scenario inherits another's heap, connections, timers or JIT state.
+ * --process shared runs them all in this process, one after the other (as --server shared must).
  */
-import { execFileSync } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -38,7 +44,16 @@ const SCENARIOS: Record<string, Scenario> = { P1: p1Throughput, P2: p2Latency, P
 
 type ServerMode = 'per-scenario' | 'shared';
 
-function options(): { opts: BenchOptions; scenarios: string[]; out: string; server: ServerMode } {
+interface Invocation {
+  opts: BenchOptions;
+  scenarios: string[];
+  out: string;
+  server: ServerMode;
+  /** One bench process per scenario, or all in this one. */
+  process: ServerMode;
+}
+
+function options(): Invocation {
   const { values } = parseArgs({
     options: {
       scenario: { type: 'string' },
@@ -61,6 +76,7 @@ function options(): { opts: BenchOptions; scenarios: string[]; out: string; serv
       'server-tuning': { type: 'string' },
       'control-plane': { type: 'string' },
       server: { type: 'string' },
+      process: { type: 'string' },
       out: { type: 'string' },
     },
   });
@@ -111,7 +127,10 @@ function options(): { opts: BenchOptions; scenarios: string[]; out: string; serv
   for (const s of scenarios) if (!SCENARIOS[s]) throw new Error(`unknown scenario ${s}; known: ${Object.keys(SCENARIOS).join(', ')}`);
   const server = values.server ?? 'per-scenario';
   if (server !== 'per-scenario' && server !== 'shared') throw new Error(`--server takes per-scenario or shared, not "${server}"`);
-  return { opts, scenarios, out: values.out ?? join(__dirname, 'results', 'latest.json'), server };
+  const proc = values.process ?? server;
+  if (proc !== 'per-scenario' && proc !== 'shared') throw new Error(`--process takes per-scenario or shared, not "${proc}"`);
+  if (proc === 'per-scenario' && server === 'shared') throw new Error('--server shared needs --process shared (one server, one process)');
+  return { opts, scenarios, out: values.out ?? join(__dirname, 'results', 'latest.json'), server, process: proc };
 }
 
 function controlPlaneMode(v: string | undefined): BenchOptions['controlPlane'] {
@@ -185,10 +204,102 @@ function machine(be: BenchEnv | undefined): Record<string, unknown> {
   };
 }
 
-async function main(): Promise<void> {
-  const { opts, scenarios, out, server } = options();
+/** The command line minus the flags (and their values) named in `drop`. */
+function argsWithout(args: string[], drop: string[]): string[] {
+  const kept: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    const name = args[i].replace(/=.*$/, '');
+    if (!drop.includes(name)) kept.push(args[i]);
+    else if (!args[i].includes('=')) i++; // its value is the next argument
+  }
+  return kept;
+}
+
+/**
+ * --process per-scenario: one child bench process per scenario (this same script with
+ * `--scenario <one> --process shared`), their reports merged into one. The children's own tables
+ * and logs pass through; the merged table comes last.
+ */
+async function runEachInItsOwnProcess(inv: Invocation, command: string): Promise<void> {
+  const { opts, scenarios, out } = inv;
   const startedAt = new Date().toISOString();
+  const before = { machine: machine(undefined), busiest: busiestProcesses() };
+  const dir = mkdtempSync(join(os.tmpdir(), 'fleet-bench-'));
+  const common = argsWithout(process.argv.slice(2), ['--scenario', '--process', '--out']);
+  const results: ScenarioResult[] = [];
+  const histories = new HistoryTally();
+  const all = () => (histories.empty ? results : [...results, histories.result()]);
+  let temporal: unknown;
+  let interrupted: string | undefined;
+  let child: ReturnType<typeof spawn> | undefined;
+  const write = (finishedAt?: string) => {
+    const report: Report = {
+      startedAt,
+      finishedAt: finishedAt ?? '(running)',
+      command,
+      options: { ...opts, hostPollers: opts.pollers ?? 'SDK default (min(10, devices))', scenarios, server: inv.server, process: inv.process },
+      machine: { ...machine(undefined), temporal, atStart: before, atEnd: finishedAt ? busiestProcesses() : undefined },
+      results: all(),
+    };
+    writeReport(out, report);
+    writeFileSync(out.replace(/\.json$/, '.md'), formatMarkdown(report.results) + '\n');
+  };
+  // A terminal's Ctrl-C reaches the child too (same process group); a SIGTERM is passed on. The
+  // child writes what it measured; this process then writes the merged report and stops.
+  const onSignal = (signal: NodeJS.Signals) => {
+    interrupted = signal;
+    log(`${signal}: stopping once the running scenario's bench process has written its report`);
+    if (signal === 'SIGTERM') child?.kill('SIGTERM');
+  };
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  try {
+    for (const id of scenarios) {
+      if (interrupted) break;
+      const childOut = join(dir, `${id}.json`);
+      const args = [...process.execArgv, __filename, ...common, '--scenario', id, '--process', 'shared', '--out', childOut];
+      log(`=== ${id} === in a bench process of its own`);
+      const t0 = Date.now();
+      const exit = await new Promise<string>((resolve) => {
+        child = spawn(process.execPath, args, { stdio: 'inherit' });
+        child.once('error', (err) => resolve(String(err)));
+        child.once('exit', (code, signal) => resolve(signal ? `signal ${signal}` : `code ${code}`));
+      });
+      child = undefined;
+      let report: Report | undefined;
+      try {
+        report = JSON.parse(readFileSync(childOut, 'utf8')) as Report;
+      } catch {
+        report = undefined;
+      }
+      if (!report) {
+        const error = `its bench process ended (${exit}) without a report`;
+        results.push({ id, title: 'failed', rows: [], notes: [], details: {}, error, durationMs: Date.now() - t0 });
+      } else {
+        temporal ??= report.machine.temporal;
+        for (const r of report.results) {
+          if (r.id === 'P5h') histories.merge(r.details);
+          else results.push(r);
+        }
+        if (exit !== 'code 0') log(`${id}'s bench process ended with ${exit}`);
+      }
+      write();
+    }
+  } finally {
+    write(new Date().toISOString() + (interrupted ? ` (interrupted by ${interrupted})` : ''));
+    rmSync(dir, { recursive: true, force: true });
+    console.log(formatTable(all()));
+    console.log(`\n${command}\nreport: ${out}`);
+  }
+  if (interrupted) process.exit(130);
+}
+
+async function main(): Promise<void> {
+  const inv = options();
+  const { opts, scenarios, out, server } = inv;
   const command = `npm run bench --${process.argv.slice(2).length ? ' ' + process.argv.slice(2).join(' ') : ''}`;
+  if (inv.process === 'per-scenario' && scenarios.length > 1) return runEachInItsOwnProcess(inv, command);
+  const startedAt = new Date().toISOString();
   const before = { machine: machine(undefined), busiest: busiestProcesses() };
   setHostPollers(opts.pollers);
   log(`options ${JSON.stringify(opts)}; scenarios ${scenarios.join(',')}`);
@@ -211,7 +322,7 @@ async function main(): Promise<void> {
       startedAt,
       finishedAt: finishedAt ?? '(running)',
       command,
-      options: { ...opts, hostPollers: opts.pollers ?? 'SDK default (min(10, devices))', scenarios, server },
+      options: { ...opts, hostPollers: opts.pollers ?? 'SDK default (min(10, devices))', scenarios, server, process: inv.process },
       machine: { ...machine(be), atStart: before, atEnd: finishedAt ? busiestProcesses() : undefined },
       results,
     };

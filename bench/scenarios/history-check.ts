@@ -23,6 +23,8 @@ export class HistoryTally {
   private readonly seen = new Set<string>();
 
   private readonly failures: string[] = [];
+  /** Workflows counted by merge() (read in another bench process). */
+  private merged = 0;
 
   /**
    * Reads the workflows of `workflowIds` not read yet. A workflow whose reading failed stays
@@ -72,13 +74,33 @@ export class HistoryTally {
     if (failed > 0) this.failures.push(`${failed} of ${ids.length} workflows could not be read: ${firstError}`);
   }
 
+  /**
+   * Adds a tally another bench process made (bench/run.ts runs each scenario in a child process of
+   * its own): its `result().details`. Each workflow ID lives in one scenario, so kinds add up.
+   */
+  merge(details: Record<string, unknown>): void {
+    const { failures, ...kinds } = details as Record<string, KindTally> & { failures?: string[] };
+    for (const [k, t] of Object.entries(kinds)) {
+      const s = (this.byKind[k] ??= { workflows: 0, maxLength: 0, maxId: '', maxRuns: 0, totalRuns: 0 });
+      s.workflows += t.workflows;
+      s.totalRuns += t.totalRuns;
+      s.maxRuns = Math.max(s.maxRuns, t.maxRuns);
+      if (t.maxLength > s.maxLength) {
+        s.maxLength = t.maxLength;
+        s.maxId = t.maxId;
+      }
+      this.merged += t.workflows;
+    }
+    this.failures.push(...(failures ?? []));
+  }
+
   /** A reading that could not happen at all (its server is gone). */
   fail(what: string): void {
     this.failures.push(what);
   }
 
   get empty(): boolean {
-    return this.seen.size === 0 && this.failures.length === 0;
+    return this.seen.size === 0 && this.merged === 0 && this.failures.length === 0;
   }
 
   result(): ScenarioResult {
