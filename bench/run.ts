@@ -161,21 +161,6 @@ interface HarnessState {
   rssMiB: number;
   heapUsedMiB: number;
   activeResources: Record<string, number>;
-  /** The live timers: their period (ms) and where their callback was written. */
-  timers: string[];
-}
-
-/** Node's live timers, each as "<ms> ms <callback's first line>" (an undocumented but stable Node API). */
-function liveTimers(): string[] {
-  const handles = (process as unknown as { _getActiveHandles?: () => unknown[] })._getActiveHandles?.() ?? [];
-  const out: string[] = [];
-  for (const h of handles) {
-    const t = h as { _idleTimeout?: number; _onTimeout?: (...a: unknown[]) => unknown; _repeat?: number | null };
-    if (typeof t._idleTimeout !== 'number' || typeof t._onTimeout !== 'function') continue;
-    const src = t._onTimeout.toString().replace(/\s+/g, ' ').slice(0, 120);
-    out.push(`${t._idleTimeout} ms${t._repeat ? ' (repeating)' : ''} ${t._onTimeout.name || src}`);
-  }
-  return out;
 }
 
 async function harnessState(idleMs = 5_000): Promise<HarnessState> {
@@ -191,7 +176,6 @@ async function harnessState(idleMs = 5_000): Promise<HarnessState> {
     rssMiB: round(mem.rss / 2 ** 20, 1),
     heapUsedMiB: round(mem.heapUsed / 2 ** 20, 1),
     activeResources,
-    timers: liveTimers(),
   };
 }
 
