@@ -6,7 +6,8 @@
 import { startBaseline, type ShapeVariant } from '../lib/baseline';
 import { fleetCpuMeter, startLoadFleet } from '../lib/fleet';
 import { closedLoop } from '../lib/load';
-import { eventMs, eventTypeName, fetchRuns } from '../lib/history';
+import { closeBounces, eventMs, eventTypeName, fetchRuns, workflowTaskTimings, type Run } from '../lib/history';
+import { schedulerWorkflowId } from '../../workflows/ids';
 import type { CpuUse } from '../lib/cpu';
 import { log, mapLimit, round, sleep, summarize } from '../lib/util';
 import type { Scenario } from './types';
@@ -80,6 +81,7 @@ export const p2Latency: Scenario = async (be, o) => {
   let f: Awaited<ReturnType<typeof closedLoop>>;
   let idle: CpuUse;
   let breakdown: Record<string, ReturnType<typeof summarize>>;
+  let sched: SchedulerDuringSamples;
   try {
     await closedLoop(
       5,
@@ -113,6 +115,7 @@ export const p2Latency: Scenario = async (be, o) => {
       'assignment workflow task: waiting for a poller': [],
       'assignment workflow task: on the worker': [],
     };
+    let slowest = { taskId: '', enqueued: NaN, assigned: NaN };
     await mapLimit(Array.from({ length: n }, (_, i) => i), 8, async (i) => {
       const r = bf.recorder.starts.get(`p2f-${i}`);
       if (!r) return;
@@ -150,7 +153,10 @@ export const p2Latency: Scenario = async (be, o) => {
         d2 - st2,
       ];
       Object.values(segs).forEach((arr, k) => Number.isFinite(vals[k]) && arr.push(vals[k]));
+      if (Number.isFinite(assigned - enqueued) && !(assigned - enqueued <= slowest.assigned - slowest.enqueued))
+        slowest = { taskId: `p2f-${i}`, enqueued, assigned };
     });
+    sched = schedulerDuringSamples(await fetchRuns(bf.client, schedulerWorkflowId(bf.pool)), f.sentEpoch[0], slowest);
     breakdown = Object.fromEntries(Object.entries(segs).map(([k, v]) => [k, summarize(v, 0)]));
   } finally {
     await bf.stop();
@@ -186,6 +192,16 @@ export const p2Latency: Scenario = async (be, o) => {
         fleet: [idle.benchProcessSec, idle.serverSec, ...Object.values(idle.extra)].map((s) => round(s / idle.wallSec, 2)).join(' / '),
       },
       ...Object.entries(breakdown).map(([k, v]) => ({ metric: `  ${k}, p50 / p99 (ms)`, fleet: `${v.p50} / ${v.p99}` })),
+      {
+        metric:
+          "the pool's scheduler during the samples: runs (continue-as-new) / closes bounced by a signal / workflow tasks on the worker p50, max (ms) / over 250 ms",
+        fleet: `${sched.runs} / ${sched.bounces} / ${sched.workP50}, ${sched.workMax} / ${sched.workOver250}`,
+      },
+      {
+        metric:
+          "the slowest sample's enqueue -> assignment (ms) / the scheduler's longest workflow task that overlapped it (ms) / a new scheduler run started in it",
+        fleet: `${sched.slowest.ms} / ${sched.slowest.longestWorkMs} / ${sched.slowest.newRun ? 'yes' : 'no'}`,
+      },
     ],
     notes: [
       `${n} samples, closed loop (one task at a time, ${gapMs} ms apart) after 5 warm-up tasks; latency measured in-process (performance.now)`,
@@ -193,6 +209,63 @@ export const p2Latency: Scenario = async (be, o) => {
       "shape row: bench/baseline-workflows.ts shapeTaskWorkflow on the baseline's workers; its ratio = fleet p50 / shape p50",
       'shape variants (ShapeHop.direct, ShapeInput.clientEnqueue, ShapeInput.viaUpdates): what a workflow task less in series would give; the fleet works like none of them',
     ],
-    details: { fleet: fs, baseline: bs, shape: ss, ...Object.fromEntries(SHAPE_VARIANTS.map((v, k) => [v.key, vs[k]])), fleetSubmit: fsub, baselineSubmit: bsub, breakdown, idleFleetCpu: idle, pool: bf.pool },
+    details: { fleet: fs, baseline: bs, shape: ss, ...Object.fromEntries(SHAPE_VARIANTS.map((v, k) => [v.key, vs[k]])), fleetSubmit: fsub, baselineSubmit: bsub, breakdown, scheduler: sched, idleFleetCpu: idle, pool: bf.pool },
   };
 };
+
+interface SchedulerDuringSamples {
+  runs: number;
+  bounces: number;
+  workP50: number;
+  workMax: number;
+  workOver250: number;
+  slowest: { taskId: string; ms: number; longestWorkMs: number; newRun: boolean };
+}
+
+/**
+ * The pool's scheduler while the samples ran, from its histories: a p99 far above the p50 is a few
+ * slow samples, and the scheduler is where one waits longest when its workflow task is slow (a
+ * replay after a bounce or a cache eviction, or a roll-over to a new run).
+ */
+function schedulerDuringSamples(
+  runs: Run[],
+  fromMs: number,
+  slowest: { taskId: string; enqueued: number; assigned: number },
+): SchedulerDuringSamples {
+  const lastAt = (r: Run) => (r.events.length ? eventMs(r.events[r.events.length - 1]) : -Infinity);
+  const during = runs.filter((r) => lastAt(r) >= fromMs);
+  const work = during.flatMap((r) => workflowTaskTimings(r.events, fromMs).workMs);
+  // The workflow tasks that ran at some point between the slow sample's enqueue and its assignment.
+  const overlapping = during.flatMap((r) => overlappingTasks(r.events, slowest.enqueued, slowest.assigned));
+  const summary = summarize(work, 0);
+  return {
+    runs: during.length,
+    bounces: during.reduce((n, r) => n + closeBounces(r.events), 0),
+    workP50: summary.p50,
+    workMax: summary.max,
+    workOver250: work.filter((ms) => ms > 250).length,
+    slowest: {
+      taskId: slowest.taskId,
+      ms: slowest.assigned - slowest.enqueued,
+      longestWorkMs: Math.max(0, ...overlapping),
+      newRun: during.some((r) => !r.first && eventMs(r.events[0]) > slowest.enqueued && eventMs(r.events[0]) <= slowest.assigned),
+    },
+  };
+}
+
+/** Work times (ms) of the workflow tasks of `events` that ran at some point between `from` and `to`. */
+function overlappingTasks(events: Run['events'], from: number, to: number): number[] {
+  const startedAt = new Map<number, number>();
+  const out: number[] = [];
+  for (const e of events) {
+    const type = eventTypeName(e);
+    if (type === 'WorkflowTaskStarted') startedAt.set(Number(e.eventId), eventMs(e));
+    else if (type === 'WorkflowTaskCompleted' || type === 'WorkflowTaskFailed') {
+      const id = e.workflowTaskCompletedEventAttributes?.startedEventId ?? e.workflowTaskFailedEventAttributes?.startedEventId;
+      const s = startedAt.get(Number(id));
+      const end = eventMs(e);
+      if (s !== undefined && s <= to && end >= from) out.push(end - s);
+    }
+  }
+  return out;
+}
