@@ -547,7 +547,30 @@ export const p5Scale: Scenario = async (be, o) => {
       await lat.stop();
     }
   };
+  /**
+   * A second control with the fleet's hops: the message shape with empty workflows (start, three
+   * signals between workflows, four workflow tasks in series; P2's shape row), at both sizes. The
+   * fleet's cycle is made of such deliveries, which the first control does not have.
+   */
+  const shapeLatency = async (label: string): Promise<Summary> => {
+    const lat = await startBaseline(be, `p5shape-${label}`, 1, 1);
+    try {
+      await lat.startShape(1);
+      const ms: number[] = [];
+      for (let i = 0; i < RAW_SAMPLES; i++) {
+        const id = `p5shape-${label}-${i}`;
+        const t0 = performance.now();
+        await lat.submitShape(id, i);
+        await waitUntil(() => (lat.starts.has(id) ? true : undefined), `shape sample ${id}`, 30_000);
+        ms.push(lat.starts.get(id)! - t0);
+      }
+      return summarize(ms);
+    } finally {
+      await lat.stop();
+    }
+  };
   const raw: Summary[] = [];
+  const shapes: Summary[] = [];
 
   // ---- fleet, control plane as a process ----
   const bf = await startBenchFleet(be, { name: 'p5', hosts: 0, devicesPerHost: 0, controlPlane: false, extraPools: ['large'] });
@@ -567,8 +590,10 @@ export const p5Scale: Scenario = async (be, o) => {
     const [small, large] = bf.pools;
     phases.push(await queuePhase(bf, small, 100, o.p5Cycles, o.concurrency, budgetMs, cp.pid, metricsAddress, cpu, be.metricsUrl));
     raw.push(await rawLatency('small'));
+    shapes.push(await shapeLatency('small'));
     phases.push(await queuePhase(bf, large, big, o.p5Cycles, o.concurrency, budgetMs, cp.pid, metricsAddress, cpu, be.metricsUrl));
     raw.push(await rawLatency('large'));
+    shapes.push(await shapeLatency('large'));
     cpuUse = cpu.since(mark);
     recovered = await recoveryPhase(bf, large, 20 * 60_000);
   } finally {
@@ -606,6 +631,20 @@ export const p5Scale: Scenario = async (be, o) => {
               metric: "  the fleet's cycle ratio over the control's (growth beyond the server's own)",
               fleet: '',
               ratio: round(cycleRatio / (raw[1].p50 / raw[0].p50), 2),
+            },
+          ]
+        : []),
+      ...(shapes.length === 2
+        ? [
+            {
+              metric: `  control: the fleet's message shape with empty workflows (start, 3 signals, 4 workflow tasks in series) on the same server, submit -> activity started, p50 (ms), ${RAW_SAMPLES} samples: 100 -> ${n}; ratio`,
+              fleet: `${shapes[0].p50} -> ${shapes[1].p50}`,
+              ratio: round(shapes[1].p50 / shapes[0].p50, 2),
+            },
+            {
+              metric: "  the fleet's cycle ratio over the shape control's",
+              fleet: '',
+              ratio: round(cycleRatio / (shapes[1].p50 / shapes[0].p50), 2),
             },
           ]
         : []),
@@ -719,6 +758,6 @@ export const p5Scale: Scenario = async (be, o) => {
       `decision cycle = interval between consecutive zero-length tasks started on the only matching device (${o.p5Cycles} cycles); baseline = the same on one raw-Temporal activity slot with a backlog`,
       'strategy timings: 3 free devices unless the row says otherwise, median of 5 batches after warm-up, in this process',
     ],
-    details: { strategyMicros: strat, phases, recovery: recovered, baselineCycles: baseCycles, rawLatency: raw, controlPlaneIdleRssMiB: idleRss, cpu: cpuUse },
+    details: { strategyMicros: strat, phases, recovery: recovered, baselineCycles: baseCycles, rawLatency: raw, shapeLatency: shapes, controlPlaneIdleRssMiB: idleRss, cpu: cpuUse },
   };
 };
