@@ -151,12 +151,15 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
       : new Map([...devices].map(([id, d]) => [id, leftovers.has(id) ? { ...d, state: 'offline' as const } : d]));
   /** While there are leftovers: looks every 2 s whether one's group has gone, and then runs the snapshot loop's check. */
   let leftoverWatch: NodeJS.Timeout | undefined;
-  /** A run of this process whose processes outlived SIGKILL: its device is held like a leftover. */
-  const leftBehind = (e: JournalEntry): void => {
-    leftovers.set(e.deviceId, e);
+  const watchLeftovers = (): void => {
     leftoverWatch ??= setInterval(() => {
       if ([...leftovers.values()].some((l) => !(l.pid && groupAlive(l.pid)))) kick();
     }, 2_000).unref();
+  };
+  /** A run of this process whose processes outlived SIGKILL: its device is held like a leftover. */
+  const leftBehind = (e: JournalEntry): void => {
+    leftovers.set(e.deviceId, e);
+    watchLeftovers();
     kick();
   };
   /** A leftover runner whose group has gone since: its device is back, its journal entry removed. */
@@ -199,6 +202,8 @@ export async function startHost(opts: HostOptions): Promise<HostAgent> {
   });
   /** Runs the snapshot loop's check now (defined with the loop). */
   let kick: () => void = () => undefined;
+  // A previous process's runner that survived SIGKILL is watched like one of this process's.
+  if (leftovers.size > 0) watchLeftovers();
   let seq = 0;
   const runners = opts.runners ?? createSimRunners({ definitions: opts.definitions });
   // What this host's runner can run beyond goals (definitions by name, steps a task brings): as
