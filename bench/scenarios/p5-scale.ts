@@ -527,41 +527,23 @@ export const p5Scale: Scenario = async (be, o) => {
   }
 
   /**
-   * A control for the server: raw Temporal's start -> activity started, one sample at a time, on
-   * the same server with whatever the fleet has open at that moment. If it slows as much as the
-   * fleet's cycle between 100 and 10,000 queued, the growth is the server's, not the design's.
+   * Controls for the server, one sample at a time on the same server with whatever the fleet has
+   * open at that moment. `raw`: raw Temporal's start -> activity started. `shape`: the fleet's
+   * message shape with empty workflows (start, three signals between workflows, four workflow
+   * tasks in series; P2's shape row), made of the same deliveries as the fleet's cycle. If one
+   * slows as much as the fleet's cycle between 100 and 10,000 queued, the growth is the server's,
+   * not the design's.
    */
-  const rawLatency = async (label: string): Promise<Summary> => {
-    const lat = await startBaseline(be, `p5raw-${label}`, 1, 1);
+  const controlLatency = async (kind: 'raw' | 'shape', label: string): Promise<Summary> => {
+    const lat = await startBaseline(be, `p5${kind}-${label}`, 1, 1);
     try {
+      if (kind === 'shape') await lat.startShape(1);
       const ms: number[] = [];
       for (let i = 0; i < RAW_SAMPLES; i++) {
-        const id = `p5raw-${label}-${i}`;
+        const id = `p5${kind}-${label}-${i}`;
         const t0 = performance.now();
-        await lat.submit(id, i);
-        await waitUntil(() => (lat.starts.has(id) ? true : undefined), `raw sample ${id}`, 30_000);
-        ms.push(lat.starts.get(id)! - t0);
-      }
-      return summarize(ms);
-    } finally {
-      await lat.stop();
-    }
-  };
-  /**
-   * A second control with the fleet's hops: the message shape with empty workflows (start, three
-   * signals between workflows, four workflow tasks in series; P2's shape row), at both sizes. The
-   * fleet's cycle is made of such deliveries, which the first control does not have.
-   */
-  const shapeLatency = async (label: string): Promise<Summary> => {
-    const lat = await startBaseline(be, `p5shape-${label}`, 1, 1);
-    try {
-      await lat.startShape(1);
-      const ms: number[] = [];
-      for (let i = 0; i < RAW_SAMPLES; i++) {
-        const id = `p5shape-${label}-${i}`;
-        const t0 = performance.now();
-        await lat.submitShape(id, i);
-        await waitUntil(() => (lat.starts.has(id) ? true : undefined), `shape sample ${id}`, 30_000);
+        await (kind === 'shape' ? lat.submitShape(id, i) : lat.submit(id, i));
+        await waitUntil(() => (lat.starts.has(id) ? true : undefined), `${kind} sample ${id}`, 30_000);
         ms.push(lat.starts.get(id)! - t0);
       }
       return summarize(ms);
@@ -589,11 +571,11 @@ export const p5Scale: Scenario = async (be, o) => {
     const budgetMs = o.p5FillBudgetMs;
     const [small, large] = bf.pools;
     phases.push(await queuePhase(bf, small, 100, o.p5Cycles, o.concurrency, budgetMs, cp.pid, metricsAddress, cpu, be.metricsUrl));
-    raw.push(await rawLatency('small'));
-    shapes.push(await shapeLatency('small'));
+    raw.push(await controlLatency('raw', 'small'));
+    shapes.push(await controlLatency('shape', 'small'));
     phases.push(await queuePhase(bf, large, big, o.p5Cycles, o.concurrency, budgetMs, cp.pid, metricsAddress, cpu, be.metricsUrl));
-    raw.push(await rawLatency('large'));
-    shapes.push(await shapeLatency('large'));
+    raw.push(await controlLatency('raw', 'large'));
+    shapes.push(await controlLatency('shape', 'large'));
     cpuUse = cpu.since(mark);
     recovered = await recoveryPhase(bf, large, 20 * 60_000);
   } finally {
