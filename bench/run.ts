@@ -204,6 +204,18 @@ function machine(be: BenchEnv | undefined): Record<string, unknown> {
   };
 }
 
+/** What a report records of the options, whichever way its scenarios ran. */
+function reportOptions(inv: Invocation): Record<string, unknown> {
+  const { opts, scenarios, server, process: proc } = inv;
+  return { ...opts, hostPollers: opts.pollers ?? 'SDK default (min(10, devices))', scenarios, server, process: proc };
+}
+
+/** The JSON report, and its table as Markdown beside it. */
+function save(out: string, report: Report): void {
+  writeReport(out, report);
+  writeFileSync(out.replace(/\.json$/, '.md'), formatMarkdown(report.results) + '\n');
+}
+
 /** The command line minus the flags (and their values) named in `drop`. */
 function argsWithout(args: string[], drop: string[]): string[] {
   const kept: string[] = [];
@@ -221,7 +233,7 @@ function argsWithout(args: string[], drop: string[]): string[] {
  * and logs pass through; the merged table comes last.
  */
 async function runEachInItsOwnProcess(inv: Invocation, command: string): Promise<void> {
-  const { opts, scenarios, out } = inv;
+  const { scenarios, out } = inv;
   const startedAt = new Date().toISOString();
   const before = { machine: machine(undefined), busiest: busiestProcesses() };
   const dir = mkdtempSync(join(os.tmpdir(), 'fleet-bench-'));
@@ -237,12 +249,11 @@ async function runEachInItsOwnProcess(inv: Invocation, command: string): Promise
       startedAt,
       finishedAt: finishedAt ?? '(running)',
       command,
-      options: { ...opts, hostPollers: opts.pollers ?? 'SDK default (min(10, devices))', scenarios, server: inv.server, process: inv.process },
+      options: reportOptions(inv),
       machine: { ...machine(undefined), temporal, atStart: before, atEnd: finishedAt ? busiestProcesses() : undefined },
       results: all(),
     };
-    writeReport(out, report);
-    writeFileSync(out.replace(/\.json$/, '.md'), formatMarkdown(report.results) + '\n');
+    save(out, report);
   };
   // A terminal's Ctrl-C reaches the child too (same process group); a SIGTERM is passed on. The
   // child writes what it measured; this process then writes the merged report and stops.
@@ -322,12 +333,11 @@ async function main(): Promise<void> {
       startedAt,
       finishedAt: finishedAt ?? '(running)',
       command,
-      options: { ...opts, hostPollers: opts.pollers ?? 'SDK default (min(10, devices))', scenarios, server, process: inv.process },
+      options: reportOptions(inv),
       machine: { ...machine(be), atStart: before, atEnd: finishedAt ? busiestProcesses() : undefined },
       results,
     };
-    writeReport(out, report);
-    writeFileSync(out.replace(/\.json$/, '.md'), formatMarkdown(results) + '\n');
+    save(out, report);
   };
   const histories = new HistoryTally();
   /** Set when the server was torn down and no new one came up. */

@@ -294,6 +294,23 @@ export function workflowTaskTimings(
   return { waitMs, workMs };
 }
 
+/** Work times (ms) of the workflow tasks of `events` that ran at some point between `from` and `to`. */
+export function overlappingTasks(events: HistoryEvent[], from: number, to: number): number[] {
+  const startedAt = new Map<number, number>();
+  const out: number[] = [];
+  for (const e of events) {
+    const type = eventTypeName(e);
+    if (type === 'WorkflowTaskStarted') startedAt.set(Number(e.eventId), eventMs(e));
+    else if (type === 'WorkflowTaskCompleted' || type === 'WorkflowTaskFailed') {
+      const id = e.workflowTaskCompletedEventAttributes?.startedEventId ?? e.workflowTaskFailedEventAttributes?.startedEventId;
+      const s = startedAt.get(Number(id));
+      const end = eventMs(e);
+      if (s !== undefined && s <= to && end >= from) out.push(end - s);
+    }
+  }
+  return out;
+}
+
 /** Closing workflow tasks the server bounced because a signal arrived while they ran (UnhandledCommand). */
 export function closeBounces(events: HistoryEvent[]): number {
   const unhandled = temporal.api.enums.v1.WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND;

@@ -6,7 +6,7 @@
 import { startBaseline, type ShapeVariant } from '../lib/baseline';
 import { fleetCpuMeter, startLoadFleet } from '../lib/fleet';
 import { closedLoop } from '../lib/load';
-import { closeBounces, eventMs, eventTypeName, fetchRuns, workflowTaskTimings, type Run } from '../lib/history';
+import { closeBounces, eventMs, eventTypeName, fetchRuns, overlappingTasks, workflowTaskTimings, type Run } from '../lib/history';
 import { schedulerWorkflowId } from '../../workflows/ids';
 import type { CpuUse } from '../lib/cpu';
 import { log, mapLimit, round, sleep, summarize } from '../lib/util';
@@ -251,21 +251,4 @@ function schedulerDuringSamples(
       newRun: during.some((r) => !r.first && eventMs(r.events[0]) > slowest.enqueued && eventMs(r.events[0]) <= slowest.assigned),
     },
   };
-}
-
-/** Work times (ms) of the workflow tasks of `events` that ran at some point between `from` and `to`. */
-function overlappingTasks(events: Run['events'], from: number, to: number): number[] {
-  const startedAt = new Map<number, number>();
-  const out: number[] = [];
-  for (const e of events) {
-    const type = eventTypeName(e);
-    if (type === 'WorkflowTaskStarted') startedAt.set(Number(e.eventId), eventMs(e));
-    else if (type === 'WorkflowTaskCompleted' || type === 'WorkflowTaskFailed') {
-      const id = e.workflowTaskCompletedEventAttributes?.startedEventId ?? e.workflowTaskFailedEventAttributes?.startedEventId;
-      const s = startedAt.get(Number(id));
-      const end = eventMs(e);
-      if (s !== undefined && s <= to && end >= from) out.push(end - s);
-    }
-  }
-  return out;
 }
