@@ -200,7 +200,7 @@ export interface BenchFleet {
   addHost(
     hostId: string,
     deviceIds: string[],
-    opts?: { pool?: string; driverType?: string; tags?: string[] },
+    opts?: { pool?: string; driverType?: string; tags?: string[]; runners?: Runners },
   ): Promise<HostAgent>;
   enroll(hostId: string, pool?: string): Promise<HostCredential>;
   scheduler(pool?: string): Promise<SchedulerView>;
@@ -284,7 +284,7 @@ export async function startBenchFleet(be: BenchEnv, opts: BenchFleetOptions): Pr
           tags: hostOpts.tags ?? [],
         })),
       ),
-      runners: recorder.runners(hostId),
+      runners: hostOpts.runners ?? recorder.runners(hostId),
       snapshotIntervalMs: opts.snapshotIntervalMs ?? 60_000,
       progressIntervalMs: 5_000,
     });

@@ -33,6 +33,7 @@ import {
   withTimeout,
   type Summary,
 } from '../lib/util';
+import type { RunContext, Runners } from '../../host-worker/runners';
 import type { Scenario } from './types';
 
 // ---- (1) the strategy alone ----
@@ -396,6 +397,115 @@ async function queuePhase(
   };
 }
 
+/** Paired blocks: rounds, and cycles timed per block (each block runs one more task than it times). */
+const PAIRED_ROUNDS = 6;
+const PAIRED_BLOCK = 10;
+const SMALL_QUEUE = 100;
+
+/** A device's runner that lets `budget` runs through and holds the next one until `release`. */
+interface Gate {
+  starts: number[];
+  budget: number;
+  release?: () => void;
+}
+
+function gatedRunners(g: Gate): Runners {
+  const run = async (ctx: RunContext) => {
+    g.starts.push(performance.now());
+    ctx.started();
+    if (g.budget > 0) g.budget--;
+    else await new Promise<void>((resolve) => (g.release = resolve));
+    return { status: 'done' as const };
+  };
+  return {
+    goal: { runGoal: (_goal, ctx) => run(ctx) },
+    workflow: { definitions: [], inlineSteps: false, runDefinition: (_def, ctx) => run(ctx) },
+  };
+}
+
+export interface PairedBlocks {
+  rounds: number;
+  perBlock: number;
+  smallQueued: [number, number];
+  largeQueued: [number, number];
+  small: Summary;
+  large: Summary;
+  /** Each round's p50 ratio (large / small). */
+  roundRatios: number[];
+}
+
+/**
+ * The two queue sizes measured at the same time, in turns: a pool with SMALL_QUEUE fresh tasks
+ * (submitted after the large queue filled, so its head is as warm as a short queue's is) and the
+ * large pool, each with one device whose runner holds every run past its block's budget. Rounds
+ * alternate small, large / large, small, a block of PAIRED_BLOCK + 1 cycles each, so both sizes
+ * see the same server, the same control-plane heap and the same open workflows, and what differs
+ * is the queue behind the scheduler's decision and the head task's cache state. The sequential
+ * phases (above) each see the machine of their own minutes, and between runs the 100-queued
+ * cycle alone moved 49-72 ms (BENCHMARKS.md, session 34).
+ */
+async function pairedBlocks(bf: BenchFleet, smallPool: string, largePool: string, concurrency: number): Promise<PairedBlocks> {
+  const driverType = 'p5match';
+  const fill = SMALL_QUEUE + PAIRED_ROUNDS * (PAIRED_BLOCK + 2) + 1;
+  await mapLimit(
+    Array.from({ length: fill }, () => randomUUID()),
+    concurrency,
+    (taskId) => bf.fleet.submit({ taskId, pool: smallPool, goal: 'queued [p5 paired]', constraints: { driverType } }).then(() => undefined),
+  );
+  const gates = new Map<string, Gate>([smallPool, largePool].map((p) => [p, { starts: [], budget: 0 }]));
+  const queuedAt = async () => Promise.all([smallPool, largePool].map(async (p) => (await bf.scheduler(p)).queue.length));
+  const hostOf = (p: string) => `pb-${p}`;
+  const gaps = new Map<string, number[]>([smallPool, largePool].map((p) => [p, []]));
+  const roundRatios: number[] = [];
+  try {
+    for (const p of [smallPool, largePool]) {
+      await bf.addHost(hostOf(p), ['d0'], { pool: p, driverType, runners: gatedRunners(gates.get(p)!) });
+      await waitUntil(() => (gates.get(p)!.starts.length >= 1 ? true : undefined), `the first run held on ${hostOf(p)}`, 60_000, 20);
+    }
+    const [small0, large0] = await queuedAt();
+    await sleep(1_000);
+    for (let r = 0; r < PAIRED_ROUNDS; r++) {
+      const order = r % 2 === 0 ? [smallPool, largePool] : [largePool, smallPool];
+      const medians = new Map<string, number>();
+      for (const p of order) {
+        const g = gates.get(p)!;
+        const from = g.starts.length;
+        g.budget = PAIRED_BLOCK + 1;
+        const release = g.release;
+        g.release = undefined;
+        release?.();
+        await waitUntil(
+          () => (g.starts.length >= from + PAIRED_BLOCK + 2 ? true : undefined),
+          () => `block ${r} on ${p}: ${g.starts.length - from} of ${PAIRED_BLOCK + 2} starts`,
+          60_000 + PAIRED_BLOCK * 5_000,
+          5,
+        );
+        const block = g.starts.slice(from, from + PAIRED_BLOCK + 2);
+        const d = block.slice(1).map((t, i) => t - block[i]);
+        gaps.get(p)!.push(...d);
+        medians.set(p, summarize(d).p50);
+      }
+      roundRatios.push(round(medians.get(largePool)! / medians.get(smallPool)!, 2));
+    }
+    const [small1, large1] = await queuedAt();
+    return {
+      rounds: PAIRED_ROUNDS,
+      perBlock: PAIRED_BLOCK + 1,
+      smallQueued: [small0, small1],
+      largeQueued: [large0, large1],
+      small: summarize(gaps.get(smallPool)!),
+      large: summarize(gaps.get(largePool)!),
+      roundRatios,
+    };
+  } finally {
+    for (const [p, g] of gates) {
+      g.budget = Infinity;
+      g.release?.();
+      await bf.stopHost(hostOf(p)).catch(() => undefined);
+    }
+  }
+}
+
 interface RecoveryPhase {
   /** Tasks in the queue when the scheduler was terminated. */
   queued: number;
@@ -555,7 +665,7 @@ export const p5Scale: Scenario = async (be, o) => {
   const shapes: Summary[] = [];
 
   // ---- fleet, control plane as a process ----
-  const bf = await startBenchFleet(be, { name: 'p5', hosts: 0, devicesPerHost: 0, controlPlane: false, extraPools: ['large'] });
+  const bf = await startBenchFleet(be, { name: 'p5', hosts: 0, devicesPerHost: 0, controlPlane: false, extraPools: ['large', 'paired'] });
   const metricsAddress = `127.0.0.1:${await freePort()}`;
   const cpConfig = o.p5Cache === undefined ? bf.config : { ...bf.config, maxCachedTasks: o.p5Cache };
   const cp = spawnControlPlaneProcess(be.env.address, cpConfig, metricsAddress);
@@ -564,12 +674,13 @@ export const p5Scale: Scenario = async (be, o) => {
   let idleRss: number | undefined;
   let cpuUse;
   let recovered: RecoveryPhase | undefined;
+  let paired: PairedBlocks | undefined;
   try {
     await cp.waitForOutput('control plane started', 120_000);
     idleRss = rssMiB(cp.pid);
     const mark = cpu.mark();
     const budgetMs = o.p5FillBudgetMs;
-    const [small, large] = bf.pools;
+    const [small, large, pairedPool] = bf.pools;
     phases.push(await queuePhase(bf, small, 100, o.p5Cycles, o.concurrency, budgetMs, cp.pid, metricsAddress, cpu, be.metricsUrl));
     raw.push(await controlLatency('raw', 'small'));
     shapes.push(await controlLatency('shape', 'small'));
@@ -577,6 +688,11 @@ export const p5Scale: Scenario = async (be, o) => {
     raw.push(await controlLatency('raw', 'large'));
     shapes.push(await controlLatency('shape', 'large'));
     cpuUse = cpu.since(mark);
+    paired = await pairedBlocks(bf, pairedPool, large, o.concurrency).catch((err: unknown) => {
+      log(`  paired blocks failed: ${String(err)}`);
+      return undefined;
+    });
+    if (paired) log(`  paired blocks: ${paired.small.p50} -> ${paired.large.p50} ms (rounds ${paired.roundRatios.join(', ')})`);
     recovered = await recoveryPhase(bf, large, 20 * 60_000);
   } finally {
     await bf.stop();
@@ -602,6 +718,21 @@ export const p5Scale: Scenario = async (be, o) => {
         met: cycleRatio <= 1.5,
       },
       { metric: `decision cycle p90 (ms): 100 -> ${n}`, fleet: `${s.cycles.p90} -> ${l.cycles.p90}`, baseline: baseCycles.p90 },
+      ...(paired
+        ? [
+            {
+              metric: `decision cycle p50, paired blocks (ms; both sizes in turns on the same server and control plane, ${paired.rounds} rounds of ${paired.perBlock} cycles each): ${paired.smallQueued.join('-')} -> ${paired.largeQueued.join('-')} queued`,
+              fleet: `${paired.small.p50} -> ${paired.large.p50}`,
+              ratio: round(paired.large.p50 / paired.small.p50, 2),
+              target: '<= 1.5x',
+              met: paired.large.p50 / paired.small.p50 <= 1.5,
+            },
+            {
+              metric: '  paired blocks: p90 (ms) / each round\'s p50 ratio',
+              fleet: `${paired.small.p90} -> ${paired.large.p90} / ${paired.roundRatios.join(', ')}`,
+            },
+          ]
+        : [{ metric: 'decision cycle, paired blocks', fleet: 'failed (see the log)' }]),
       ...(raw.length === 2
         ? [
             {
@@ -740,6 +871,6 @@ export const p5Scale: Scenario = async (be, o) => {
       `decision cycle = interval between consecutive zero-length tasks started on the only matching device (${o.p5Cycles} cycles); baseline = the same on one raw-Temporal activity slot with a backlog`,
       'strategy timings: 3 free devices unless the row says otherwise, median of 5 batches after warm-up, in this process',
     ],
-    details: { strategyMicros: strat, phases, recovery: recovered, baselineCycles: baseCycles, rawLatency: raw, shapeLatency: shapes, controlPlaneIdleRssMiB: idleRss, cpu: cpuUse },
+    details: { strategyMicros: strat, phases, paired, recovery: recovered, baselineCycles: baseCycles, rawLatency: raw, shapeLatency: shapes, controlPlaneIdleRssMiB: idleRss, cpu: cpuUse },
   };
 };
