@@ -115,6 +115,18 @@ export interface StartRecord {
   epoch: number;
 }
 
+/** Runners that hand every goal and every definition to `run`, then report the attempt done. */
+export function runnersFor(run: (ctx: RunContext) => Promise<void>): Runners {
+  const done = async (ctx: RunContext) => {
+    await run(ctx);
+    return { status: 'done' as const };
+  };
+  return {
+    goal: { runGoal: (_goal, ctx) => done(ctx) },
+    workflow: { definitions: [], inlineSteps: false, runDefinition: (_def, ctx) => done(ctx) },
+  };
+}
+
 export class RunRecorder {
   readonly starts = new Map<string, StartRecord>();
   readonly all: StartRecord[] = [];
@@ -138,15 +150,10 @@ export class RunRecorder {
 
   /** A Runners object whose runners call ctx.started() and return done at once. */
   runners(hostId: string): Runners {
-    const run = async (ctx: RunContext) => {
+    return runnersFor(async (ctx) => {
       this.record(ctx, hostId);
       ctx.started();
-      return { status: 'done' as const };
-    };
-    return {
-      goal: { runGoal: (_goal, ctx) => run(ctx) },
-      workflow: { definitions: [], inlineSteps: false, runDefinition: (_def, ctx) => run(ctx) },
-    };
+    });
   }
 
   waitForCount(n: number, timeoutMs: number): Promise<true> {

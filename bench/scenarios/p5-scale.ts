@@ -15,7 +15,7 @@ import { deviceWorkflowId, poolRecoveryWorkflowId, schedulerWorkflowId, taskWork
 import { restartStoppedSchedulers } from '../../control-plane/worker';
 import { startBaseline } from '../lib/baseline';
 import { CpuMeter } from '../lib/cpu';
-import { startBenchFleet, type BenchFleet } from '../lib/fleet';
+import { runnersFor, startBenchFleet, type BenchFleet } from '../lib/fleet';
 import { eventMs, eventTypeName, fetchRuns, workflowTaskTimings, type Run } from '../lib/history';
 import { diffOpTimes, serverOpTimes, type OpTime } from '../lib/env';
 import { SUBMIT_TIMEOUT_MS } from '../lib/load';
@@ -33,8 +33,11 @@ import {
   withTimeout,
   type Summary,
 } from '../lib/util';
-import type { RunContext, Runners } from '../../host-worker/runners';
+import type { Runners } from '../../host-worker/runners';
 import type { Scenario } from './types';
+
+/** The driver type of P5's queued tasks and of the devices that take them. */
+const driverType = 'p5match';
 
 // ---- (1) the strategy alone ----
 
@@ -288,7 +291,6 @@ async function queuePhase(
   cpu: CpuMeter,
   serverMetricsUrl: string,
 ): Promise<QueuePhase> {
-  const driverType = 'p5match';
   const t0 = Date.now();
   let admitted = 0;
   let submitErrors = 0;
@@ -410,17 +412,12 @@ interface Gate {
 }
 
 function gatedRunners(g: Gate): Runners {
-  const run = async (ctx: RunContext) => {
+  return runnersFor(async (ctx) => {
     g.starts.push(performance.now());
     ctx.started();
     if (g.budget > 0) g.budget--;
     else await new Promise<void>((resolve) => (g.release = resolve));
-    return { status: 'done' as const };
-  };
-  return {
-    goal: { runGoal: (_goal, ctx) => run(ctx) },
-    workflow: { definitions: [], inlineSteps: false, runDefinition: (_def, ctx) => run(ctx) },
-  };
+  });
 }
 
 export interface PairedBlocks {
@@ -445,7 +442,6 @@ export interface PairedBlocks {
  * cycle alone moved 49-72 ms (BENCHMARKS.md, session 34).
  */
 async function pairedBlocks(bf: BenchFleet, smallPool: string, largePool: string, concurrency: number): Promise<PairedBlocks> {
-  const driverType = 'p5match';
   const fill = SMALL_QUEUE + PAIRED_ROUNDS * (PAIRED_BLOCK + 2) + 1;
   await mapLimit(
     Array.from({ length: fill }, () => randomUUID()),
