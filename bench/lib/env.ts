@@ -11,6 +11,7 @@ import { bundleWorkflowCode, DefaultLogger, Runtime, type WorkflowBundle } from 
 import { devServerTuningArgs, temporalCliPath } from '../../control-plane/temporal-cli';
 import { ALL_SEARCH_ATTRIBUTES } from '../../workflows/search-attributes';
 import { CpuMeter, findServerPid } from './cpu';
+import { startServerProfile } from './server-profile';
 import { freePort, log } from './util';
 
 export interface BenchEnv {
@@ -69,6 +70,7 @@ export async function startBenchEnv(reuse?: Pick<BenchEnv, 'fleetBundle' | 'base
   log(
     `dev server ${env.address} (pid ${serverPid}) up${reuse ? '' : ' and bundles built'} in ${Date.now() - started} ms (${temporalVersion})`,
   );
+  await startServerProfile(serverPid);
   return {
     cpu: new CpuMeter(serverPid),
     env,

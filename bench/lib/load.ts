@@ -5,6 +5,7 @@ import type { CpuMark, CpuMeter, CpuUse } from './cpu';
 import { taskWorkflowQueue } from '../../control-plane/config';
 import { countRunning, fleetCpuMeter, type BenchFleet } from './fleet';
 import { log, mapLimit, round, sleep, waitUntil, withTimeout } from './util';
+import { profileMark } from './server-profile';
 
 /** No submit call may block a scenario for longer than this. */
 export const SUBMIT_TIMEOUT_MS = 120_000;
@@ -92,6 +93,7 @@ export async function burstFleet(
   timeoutMs: number,
 ): Promise<BurstResult> {
   cpu = fleetCpuMeter(cpu, bf); // a control plane in its own process counts with this one
+  await profileMark('between');
   const mark = cpu.mark();
   const t0 = Date.now();
   const progress = setInterval(() => log(`  fleet: ${bf.recorder.starts.size}/${taskIds.length} reached a host`), 30_000);
@@ -102,7 +104,9 @@ export async function burstFleet(
   log(`  fleet: ${taskIds.length} submitted (admitted) in ${submitMs} ms`);
   await bf.recorder.waitForCount(taskIds.length, timeoutMs).catch((err: unknown) => log(`  ${String(err)}`));
   const ids = new Set(taskIds.map((t) => `task/${t}`));
-  return finish(cpu, mark, bf.client, taskWorkflowQueue(bf.config), 'taskWorkflow', ids, t0, submitMs, errors, timeoutMs);
+  const result = await finish(cpu, mark, bf.client, taskWorkflowQueue(bf.config), 'taskWorkflow', ids, t0, submitMs, errors, timeoutMs);
+  await profileMark('fleet');
+  return result;
 }
 
 /**
@@ -119,6 +123,7 @@ export async function burstBaseline(
   shape: boolean | ShapeVariant = false,
 ): Promise<BurstResult> {
   const before = base.starts.size; // an earlier burst on the same workers
+  await profileMark('between');
   const mark = cpu.mark();
   const t0 = Date.now();
   const errors = await tolerant(taskIds, concurrency, (taskId, i) =>
@@ -130,7 +135,10 @@ export async function burstBaseline(
   await base.waitForCount(before + taskIds.length, timeoutMs).catch((err: unknown) => log(`  ${String(err)}`));
   const ids = new Set(taskIds.map((t) => base.workflowId(t)));
   const type = shape ? 'shapeTaskWorkflow' : 'baselineTaskWorkflow';
-  return finish(cpu, mark, client, base.workflowQueue, type, ids, t0, submitMs, errors, timeoutMs);
+  const result = await finish(cpu, mark, client, base.workflowQueue, type, ids, t0, submitMs, errors, timeoutMs);
+  const variant = typeof shape === 'object' ? Object.keys(shape).filter((k) => shape[k as keyof ShapeVariant]) : [];
+  await profileMark(shape ? ['shape', ...variant].join('-') : 'baseline');
+  return result;
 }
 
 /**

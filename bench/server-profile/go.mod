@@ -1,0 +1,3 @@
+module fleet/bench/serverprofile
+
+go 1.21
