@@ -11,7 +11,11 @@ import { profileMark } from './server-profile';
 export const SUBMIT_TIMEOUT_MS = 120_000;
 
 /** mapLimit that counts (and logs the first few) failures instead of stopping; returns the failure count. */
-export async function tolerant<T>(items: readonly T[], limit: number, fn: (item: T, i: number) => Promise<unknown>): Promise<number> {
+export async function tolerant<T>(
+  items: readonly T[],
+  limit: number,
+  fn: (item: T, i: number) => Promise<unknown>,
+): Promise<number> {
   let errors = 0;
   await mapLimit(items, limit, async (item, i) => {
     try {
@@ -62,7 +66,9 @@ async function finish(
   let last = 0;
   let completed = 0;
   let closed = 0;
-  for await (const wf of client.workflow.list({ query: `TaskQueue = '${taskQueue}' AND WorkflowType = '${workflowType}'` })) {
+  for await (const wf of client.workflow.list({
+    query: `TaskQueue = '${taskQueue}' AND WorkflowType = '${workflowType}'`,
+  })) {
     if (!ids.has(wf.workflowId) || !wf.closeTime) continue;
     closed++;
     if (wf.status.name === 'COMPLETED') completed++;
@@ -96,15 +102,29 @@ export async function burstFleet(
   await profileMark('between');
   const mark = cpu.mark();
   const t0 = Date.now();
-  const progress = setInterval(() => log(`  fleet: ${bf.recorder.starts.size}/${taskIds.length} reached a host`), 30_000);
-  const errors = await tolerant(taskIds, concurrency, (taskId) => bf.fleet.submit({ taskId, goal: 'bench zero-length' })).finally(
-    () => clearInterval(progress),
+  const progress = setInterval(
+    () => log(`  fleet: ${bf.recorder.starts.size}/${taskIds.length} reached a host`),
+    30_000,
   );
+  const errors = await tolerant(taskIds, concurrency, (taskId) =>
+    bf.fleet.submit({ taskId, goal: 'bench zero-length' }),
+  ).finally(() => clearInterval(progress));
   const submitMs = Date.now() - t0;
   log(`  fleet: ${taskIds.length} submitted (admitted) in ${submitMs} ms`);
   await bf.recorder.waitForCount(taskIds.length, timeoutMs).catch((err: unknown) => log(`  ${String(err)}`));
   const ids = new Set(taskIds.map((t) => `task/${t}`));
-  const result = await finish(cpu, mark, bf.client, taskWorkflowQueue(bf.config), 'taskWorkflow', ids, t0, submitMs, errors, timeoutMs);
+  const result = await finish(
+    cpu,
+    mark,
+    bf.client,
+    taskWorkflowQueue(bf.config),
+    'taskWorkflow',
+    ids,
+    t0,
+    submitMs,
+    errors,
+    timeoutMs,
+  );
   await profileMark('fleet');
   return result;
 }

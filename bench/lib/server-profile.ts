@@ -24,11 +24,17 @@ export async function startServerProfile(pid: number | undefined): Promise<void>
   mkdirSync(dir, { recursive: true });
   // The binary the server runs (a pyenv shim may stand in front of it): the report names frames from it.
   writeFileSync(join(dir, 'exe'), readlinkSync(`/proc/${pid}/exe`));
-  const proc = spawn('perf', ['record', '-F', '199', '-g', '-p', String(pid), '--switch-output=signal', '-o', join(dir, 'perf.data')], {
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
+  const proc = spawn(
+    'perf',
+    ['record', '-F', '199', '-g', '-p', String(pid), '--switch-output=signal', '-o', join(dir, 'perf.data')],
+    {
+      stdio: ['ignore', 'ignore', 'pipe'],
+    },
+  );
   const failed = new Promise<Error>((resolve) => {
-    proc.once('error', (err) => resolve(new Error(`BENCH_PROFILE_SERVER needs perf (apt-get install linux-perf): ${err.message}`)));
+    proc.once('error', (err) =>
+      resolve(new Error(`BENCH_PROFILE_SERVER needs perf (apt-get install linux-perf): ${err.message}`)),
+    );
     proc.once('exit', (code) => resolve(new Error(`BENCH_PROFILE_SERVER: perf exited (${code}) at once`)));
   });
   const err = await Promise.race([failed, sleep(1_000).then(() => undefined)]);
