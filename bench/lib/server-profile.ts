@@ -27,9 +27,8 @@ export async function startServerProfile(pid: number | undefined): Promise<void>
   const proc = spawn(
     'perf',
     ['record', '-F', '199', '-g', '-p', String(pid), '--switch-output=signal', '-o', join(dir, 'perf.data')],
-    {
-      stdio: ['ignore', 'ignore', 'pipe'],
-    },
+    // stderr shown, never piped: an unread pipe that fills would stall perf and the run with it.
+    { stdio: ['ignore', 'ignore', 'inherit'] },
   );
   const failed = new Promise<Error>((resolve) => {
     proc.once('error', (err) =>
