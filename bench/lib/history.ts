@@ -294,6 +294,40 @@ export function workflowTaskTimings(
   return { waitMs, workMs };
 }
 
+/**
+ * A task-like workflow's workflow tasks on the dispatch path, from its history: the first (after the
+ * start) and the one that took the signal `signalName` (fleet: `assignment`; the shape: its go
+ * signal), each as [waiting for a poller, on the worker] in ms; NaN where the history has none.
+ */
+export function pathWorkflowTasks(
+  events: HistoryEvent[],
+  signalName?: string,
+): { first: [number, number]; signalled: [number, number]; signalledAt: number } {
+  const after = (fromMs: number): [number, number] => {
+    const idx = events.findIndex((x) => eventTypeName(x) === 'WorkflowTaskScheduled' && eventMs(x) >= fromMs);
+    if (idx < 0) return [NaN, NaN];
+    const next = (type: string) => events.slice(idx).find((x) => eventTypeName(x) === type);
+    const st = next('WorkflowTaskStarted');
+    const done = next('WorkflowTaskCompleted');
+    return st && done ? [eventMs(st) - eventMs(events[idx]), eventMs(done) - eventMs(st)] : [NaN, NaN];
+  };
+  const startedEv = events.find((x) => eventTypeName(x) === 'WorkflowExecutionStarted');
+  const signalledEv =
+    signalName === undefined
+      ? undefined
+      : events.find(
+          (x) =>
+            eventTypeName(x) === 'WorkflowExecutionSignaled' &&
+            x.workflowExecutionSignaledEventAttributes?.signalName === signalName,
+        );
+  const signalledAt = signalledEv ? eventMs(signalledEv) : NaN;
+  return {
+    first: startedEv ? after(eventMs(startedEv)) : [NaN, NaN],
+    signalled: signalledEv ? after(signalledAt) : [NaN, NaN],
+    signalledAt,
+  };
+}
+
 /** Work times (ms) of the workflow tasks of `events` that ran at some point between `from` and `to`. */
 export function overlappingTasks(events: HistoryEvent[], from: number, to: number): number[] {
   const startedAt = new Map<number, number>();

@@ -3,10 +3,21 @@
  * the host's runner entered (fleet) / the activity entered (baseline). Same process, same clock.
  * Also: what the idle fleet costs before the samples, and a per-hop breakdown from the histories.
  */
+import type { Client } from '@temporalio/client';
+import { shapeGoSignal } from '../baseline-workflows';
 import { startBaseline, type ShapeVariant } from '../lib/baseline';
 import { fleetCpuMeter, startLoadFleet } from '../lib/fleet';
 import { closedLoop } from '../lib/load';
-import { closeBounces, eventMs, eventTypeName, fetchRuns, overlappingTasks, workflowTaskTimings, type Run } from '../lib/history';
+import {
+  closeBounces,
+  eventMs,
+  eventTypeName,
+  fetchRuns,
+  overlappingTasks,
+  pathWorkflowTasks,
+  workflowTaskTimings,
+  type Run,
+} from '../lib/history';
 import { schedulerWorkflowId } from '../../workflows/ids';
 import type { CpuUse } from '../lib/cpu';
 import { log, mapLimit, round, sleep, summarize } from '../lib/util';
@@ -75,6 +86,10 @@ export const p2Latency: Scenario = async (be, o) => {
   } finally {
     await base.stop();
   }
+  // The same workflow tasks in the bare baseline's and the shape's sample histories: what the SDK
+  // and the server take for one on this machine, against the fleet's own (rows below).
+  const basePath = await pathTimings(be.env.client, n, (i) => base.workflowId(`p2b-${i}`));
+  const shapePath = await pathTimings(be.env.client, n, (i) => base.workflowId(`p2s-${i}`), shapeGoSignal.name);
   log(`P2 fleet: ${n} samples, one at a time, over ${o.hosts} hosts x ${o.devices} devices`);
   const bf = await startLoadFleet(be, 'p2', o);
   const cpPid = bf.controlPlanePid;
@@ -126,31 +141,22 @@ export const p2Latency: Scenario = async (be, o) => {
       };
       const started = at('WorkflowExecutionStarted');
       const enqueued = at('ExternalWorkflowExecutionSignaled');
-      const assigned = at('WorkflowExecutionSignaled', (e) => e.workflowExecutionSignaledEventAttributes?.signalName === 'assignment');
       const scheduled = at('ActivityTaskScheduled');
       // The workflow task that carried the first enqueue, and the one that took the assignment.
-      const wft = (after: number) => {
-        const idx = run.events.findIndex((x) => eventTypeName(x) === 'WorkflowTaskScheduled' && eventMs(x) >= after);
-        const next = (type: string) => run.events.slice(idx).find((x) => eventTypeName(x) === type);
-        const st = next('WorkflowTaskStarted');
-        const done = next('WorkflowTaskCompleted');
-        return idx < 0 || !st || !done
-          ? [NaN, NaN, NaN]
-          : [eventMs(run.events[idx]), eventMs(st), eventMs(done)];
-      };
-      const [s1, st1, d1] = wft(started);
-      const [s2, st2, d2] = wft(assigned);
+      const path = pathWorkflowTasks(run.events, 'assignment');
+      const assigned = path.signalledAt;
+      const firstDone = at('WorkflowTaskCompleted');
       const vals = [
         started - f.sentEpoch[i],
         enqueued - started,
         assigned - enqueued,
         scheduled - assigned,
         r.epoch - scheduled,
-        st1 - s1,
-        d1 - st1,
-        enqueued - d1,
-        st2 - s2,
-        d2 - st2,
+        path.first[0],
+        path.first[1],
+        enqueued - firstDone,
+        path.signalled[0],
+        path.signalled[1],
       ];
       Object.values(segs).forEach((arr, k) => Number.isFinite(vals[k]) && arr.push(vals[k]));
       if (Number.isFinite(assigned - enqueued) && !(assigned - enqueued <= slowest.assigned - slowest.enqueued))
@@ -194,6 +200,26 @@ export const p2Latency: Scenario = async (be, o) => {
       ...Object.entries(breakdown).map(([k, v]) => ({ metric: `  ${k}, p50 / p99 (ms)`, fleet: `${v.p50} / ${v.p99}` })),
       {
         metric:
+          "the bare baseline's one workflow task (start -> activity scheduled): waiting for a poller / on the worker, p50 (ms)",
+        fleet: '',
+        baseline: `${basePath.firstWait.p50} / ${basePath.firstWork.p50}`,
+      },
+      {
+        metric:
+          "task 1st workflow task on the worker, p50 / p99 (ms); baseline column: the shape's (empty workflows, same position)",
+        fleet: `${breakdown['task 1st workflow task: on the worker'].p50} / ${breakdown['task 1st workflow task: on the worker'].p99}`,
+        baseline: `${shapePath.firstWork.p50} / ${shapePath.firstWork.p99}`,
+        ratio: round(breakdown['task 1st workflow task: on the worker'].p50 / shapePath.firstWork.p50, 2),
+      },
+      {
+        metric:
+          "assignment workflow task on the worker, p50 / p99 (ms); baseline column: the shape's task taking its go signal",
+        fleet: `${breakdown['assignment workflow task: on the worker'].p50} / ${breakdown['assignment workflow task: on the worker'].p99}`,
+        baseline: `${shapePath.signalledWork.p50} / ${shapePath.signalledWork.p99}`,
+        ratio: round(breakdown['assignment workflow task: on the worker'].p50 / shapePath.signalledWork.p50, 2),
+      },
+      {
+        metric:
           "the pool's scheduler during the samples: runs (continue-as-new) / closes bounced by a signal / workflow tasks on the worker p50, max (ms) / over 250 ms",
         fleet: `${sched.runs} / ${sched.bounces} / ${sched.workP50}, ${sched.workMax} / ${sched.workOver250}`,
       },
@@ -209,9 +235,25 @@ export const p2Latency: Scenario = async (be, o) => {
       "shape row: bench/baseline-workflows.ts shapeTaskWorkflow on the baseline's workers; its ratio = fleet p50 / shape p50",
       'shape variants (ShapeHop.direct, ShapeInput.clientEnqueue, ShapeInput.viaUpdates): what a workflow task less in series would give; the fleet works like none of them',
     ],
-    details: { fleet: fs, baseline: bs, shape: ss, ...Object.fromEntries(SHAPE_VARIANTS.map((v, k) => [v.key, vs[k]])), fleetSubmit: fsub, baselineSubmit: bsub, breakdown, scheduler: sched, idleFleetCpu: idle, pool: bf.pool },
+    details: { fleet: fs, baseline: bs, shape: ss, baselinePath: basePath, shapePath, ...Object.fromEntries(SHAPE_VARIANTS.map((v, k) => [v.key, vs[k]])), fleetSubmit: fsub, baselineSubmit: bsub, breakdown, scheduler: sched, idleFleetCpu: idle, pool: bf.pool },
   };
 };
+
+/** The dispatch path's workflow tasks in `n` sample histories (see pathWorkflowTasks), summarized. */
+async function pathTimings(client: Client, n: number, workflowId: (i: number) => string, signalName?: string) {
+  const firstWait: number[] = [];
+  const firstWork: number[] = [];
+  const signalledWork: number[] = [];
+  await mapLimit(Array.from({ length: n }, (_, i) => i), 8, async (i) => {
+    const [run] = await fetchRuns(client, workflowId(i), 1).catch(() => [] as Run[]);
+    if (!run) return;
+    const p = pathWorkflowTasks(run.events, signalName);
+    if (Number.isFinite(p.first[0])) firstWait.push(p.first[0]);
+    if (Number.isFinite(p.first[1])) firstWork.push(p.first[1]);
+    if (Number.isFinite(p.signalled[1])) signalledWork.push(p.signalled[1]);
+  });
+  return { firstWait: summarize(firstWait, 0), firstWork: summarize(firstWork, 0), signalledWork: summarize(signalledWork, 0) };
+}
 
 interface SchedulerDuringSamples {
   runs: number;
