@@ -218,6 +218,18 @@ export const p2Latency: Scenario = async (be, o) => {
         baseline: `${shapePath.signalledWork.p50} / ${shapePath.signalledWork.p99}`,
         ratio: round(breakdown['assignment workflow task: on the worker'].p50 / shapePath.signalledWork.p50, 2),
       },
+      ...(
+        [
+          ['task started -> enqueue reached scheduler', 'toSent', 'its first signal delivered'],
+          ['enqueue -> assignment reached task (scheduler + device)', 'sentToSignalled', 'that signal -> go back at the task (two relays)'],
+          ['assignment -> activity scheduled (task)', 'signalledToScheduled', 'go -> activity scheduled'],
+        ] as const
+      ).map(([leg, key, theirs]) => ({
+        metric: `${leg}, p50 / p99 (ms); baseline column: the shape's leg (${theirs})`,
+        fleet: `${breakdown[leg].p50} / ${breakdown[leg].p99}`,
+        baseline: `${shapePath[key].p50} / ${shapePath[key].p99}`,
+        ratio: round(breakdown[leg].p50 / shapePath[key].p50, 2),
+      })),
       {
         metric:
           "the pool's scheduler during the samples: runs (continue-as-new) / closes bounced by a signal / workflow tasks on the worker p50, max (ms) / over 250 ms",
@@ -244,15 +256,36 @@ async function pathTimings(client: Client, n: number, workflowId: (i: number) =>
   const firstWait: number[] = [];
   const firstWork: number[] = [];
   const signalledWork: number[] = [];
+  // The same legs as the fleet's breakdown rows: start -> its first signal delivered -> the signal
+  // back (the shape's go) -> the activity scheduled.
+  const toSent: number[] = [];
+  const sentToSignalled: number[] = [];
+  const signalledToScheduled: number[] = [];
+  const push = (arr: number[], v: number) => Number.isFinite(v) && arr.push(v);
   await mapLimit(Array.from({ length: n }, (_, i) => i), 8, async (i) => {
     const [run] = await fetchRuns(client, workflowId(i), 1).catch(() => [] as Run[]);
     if (!run) return;
     const p = pathWorkflowTasks(run.events, signalName);
-    if (Number.isFinite(p.first[0])) firstWait.push(p.first[0]);
-    if (Number.isFinite(p.first[1])) firstWork.push(p.first[1]);
-    if (Number.isFinite(p.signalled[1])) signalledWork.push(p.signalled[1]);
+    push(firstWait, p.first[0]);
+    push(firstWork, p.first[1]);
+    push(signalledWork, p.signalled[1]);
+    const at = (type: string) => {
+      const e = run.events.find((x) => eventTypeName(x) === type);
+      return e ? eventMs(e) : NaN;
+    };
+    const sent = at('ExternalWorkflowExecutionSignaled');
+    push(toSent, sent - at('WorkflowExecutionStarted'));
+    push(sentToSignalled, p.signalledAt - sent);
+    push(signalledToScheduled, at('ActivityTaskScheduled') - p.signalledAt);
   });
-  return { firstWait: summarize(firstWait, 0), firstWork: summarize(firstWork, 0), signalledWork: summarize(signalledWork, 0) };
+  return {
+    firstWait: summarize(firstWait, 0),
+    firstWork: summarize(firstWork, 0),
+    signalledWork: summarize(signalledWork, 0),
+    toSent: summarize(toSent, 0),
+    sentToSignalled: summarize(sentToSignalled, 0),
+    signalledToScheduled: summarize(signalledToScheduled, 0),
+  };
 }
 
 interface SchedulerDuringSamples {
