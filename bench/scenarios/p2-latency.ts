@@ -204,28 +204,17 @@ export const p2Latency: Scenario = async (be, o) => {
         fleet: '',
         baseline: `${basePath.firstWait.p50} / ${basePath.firstWork.p50}`,
       },
-      {
-        metric:
-          "task 1st workflow task on the worker, p50 / p99 (ms); baseline column: the shape's (empty workflows, same position)",
-        fleet: `${breakdown['task 1st workflow task: on the worker'].p50} / ${breakdown['task 1st workflow task: on the worker'].p99}`,
-        baseline: `${shapePath.firstWork.p50} / ${shapePath.firstWork.p99}`,
-        ratio: round(breakdown['task 1st workflow task: on the worker'].p50 / shapePath.firstWork.p50, 2),
-      },
-      {
-        metric:
-          "assignment workflow task on the worker, p50 / p99 (ms); baseline column: the shape's task taking its go signal",
-        fleet: `${breakdown['assignment workflow task: on the worker'].p50} / ${breakdown['assignment workflow task: on the worker'].p99}`,
-        baseline: `${shapePath.signalledWork.p50} / ${shapePath.signalledWork.p99}`,
-        ratio: round(breakdown['assignment workflow task: on the worker'].p50 / shapePath.signalledWork.p50, 2),
-      },
+      // The fleet's workflow tasks and legs beside the same ones of the shape (empty workflows).
       ...(
         [
+          ['task 1st workflow task: on the worker', 'firstWork', 'its first workflow task'],
+          ['assignment workflow task: on the worker', 'signalledWork', 'the workflow task that takes its go signal'],
           ['task started -> enqueue reached scheduler', 'toSent', 'its first signal delivered'],
           ['enqueue -> assignment reached task (scheduler + device)', 'sentToSignalled', 'that signal -> go back at the task (two relays)'],
           ['assignment -> activity scheduled (task)', 'signalledToScheduled', 'go -> activity scheduled'],
         ] as const
       ).map(([leg, key, theirs]) => ({
-        metric: `${leg}, p50 / p99 (ms); baseline column: the shape's leg (${theirs})`,
+        metric: `${leg}, p50 / p99 (ms); baseline column: the shape's (${theirs})`,
         fleet: `${breakdown[leg].p50} / ${breakdown[leg].p99}`,
         baseline: `${shapePath[key].p50} / ${shapePath[key].p99}`,
         ratio: round(breakdown[leg].p50 / shapePath[key].p50, 2),
