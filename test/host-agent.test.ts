@@ -249,7 +249,8 @@ describe('host agent (seed 002)', () => {
         'the attempt stays journaled, with the group that lives on',
       );
       await eventually(
-        async () => ((await f!.scheduler()).devices.find((d) => d.deviceId === 'l1')?.state === 'offline' ? true : undefined),
+        async () =>
+          (await f!.scheduler()).devices.find((d) => d.deviceId === 'l1')?.state === 'offline' ? true : undefined,
         'l1 reported offline',
       );
       const second = await f.fleet.submit({ goal: 'x [sim duration=50]' });
@@ -308,6 +309,62 @@ describe('host agent (seed 002)', () => {
     assert.equal(done.attempts.length, 1, 'no attempt was burnt on the unseen device');
     assert.equal(await health(), 'good');
     assert.ok(logged.includes('device discovery works again: its devices are reported as found'));
+  });
+
+  it('Hot-plug through discovery: a device unplugged mid-run leaves the pool at the next tick (its task still ends once), one plugged in gets work, without waiting for the periodic snapshot', async () => {
+    f = await startFleet('hotplug');
+    const dev = (deviceId: string, tags: string[] = []) => ({
+      deviceId,
+      driverType: 'sim',
+      tags,
+      state: 'idle' as const,
+      health: 'good' as const,
+    });
+    let found = [dev('a1', ['camera'])];
+    const driver = { type: 'test', discover: async () => found.map((d) => ({ ...d, tags: [...d.tags] })) };
+    // A periodic snapshot a minute apart: every change below must go out because discovery saw it.
+    await f.addHost('A', [], { driver, discoveryIntervalMs: 200, snapshotIntervalMs: 60_000 });
+    const A = f.hostId('A');
+    const sameAs = (want: string[]) => async () =>
+      JSON.stringify(await poolDevices()) === JSON.stringify(want.map((d) => `${A}/${d}`)) ? true : undefined;
+    await eventually(sameAs(['a1']), 'a1 known', 15_000);
+
+    const first = await f.fleet.submit({ goal: 'long [sim duration=4000]', constraints: { tags: ['camera'] } });
+    await f.waitForStatus(first.taskId, 'running', 15_000);
+    found = [dev('a2')]; // a1 unplugged while it runs, a2 plugged in
+    await eventually(sameAs(['a2']), 'the pool sees a1 gone and a2 found', 15_000);
+
+    const camera = await f.fleet.submit({
+      goal: 'needs the camera [sim duration=50]',
+      constraints: { tags: ['camera'] },
+    });
+    const other = await f.fleet.submit({ goal: 'anything [sim duration=50]' });
+    const ranOther = await f.waitForStatus(other.taskId, 'done', 20_000);
+    assert.deepEqual(
+      ranOther.attempts.map((a) => a.deviceId),
+      ['a2'],
+      'the task went to the device plugged in, not the one unplugged',
+    );
+    const ranFirst = await f.waitForStatus(first.taskId, 'done', 20_000);
+    assert.deepEqual(
+      ranFirst.attempts.map((a) => a.deviceId),
+      ['a1'],
+      'the run on the unplugged device ends with its one result, no retry',
+    );
+    await sleep(1_000);
+    assert.equal(
+      (await f.fleet.get(camera.taskId)).status,
+      'queued',
+      'nothing runs on a device the host no longer finds',
+    );
+
+    found = [dev('a1', ['camera']), dev('a2')]; // a1 plugged back in
+    const ranCamera = await f.waitForStatus(camera.taskId, 'done', 20_000);
+    assert.deepEqual(
+      ranCamera.attempts.map((a) => a.deviceId),
+      ['a1'],
+    );
+    assert.deepEqual(await poolDevices(), [`${A}/a1`, `${A}/a2`]);
   });
 
   it('Drain / undrain a host and a device: no new assignments, running work finishes', async () => {
