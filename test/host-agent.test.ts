@@ -14,7 +14,7 @@ import { hostStateQuery, setDeviceDrainSignal, setHostDrainSignal } from '../wor
 import { spawn, type ChildProcess } from 'node:child_process';
 import { Journal, type JournalEntry } from '../host-worker/journal';
 import type { Runners } from '../host-worker/runners';
-import { createSimRunners } from '../host-worker/sim';
+import { createSimRunners, simDevices, type SimDeviceSpec } from '../host-worker/sim';
 import { eventually, sessionRunning, startFleet, uid, type Fleet } from './helpers/fleet';
 import { spawnHost as spawnHostProcess, type HostProcess } from './helpers/processes';
 import { testEnv } from './setup';
@@ -313,15 +313,8 @@ describe('host agent (seed 002)', () => {
 
   it('Hot-plug through discovery: a device unplugged mid-run leaves the pool at the next tick (its task still ends once), one plugged in gets work, without waiting for the periodic snapshot', async () => {
     f = await startFleet('hotplug');
-    const dev = (deviceId: string, tags: string[] = []) => ({
-      deviceId,
-      driverType: 'sim',
-      tags,
-      state: 'idle' as const,
-      health: 'good' as const,
-    });
-    let found = [dev('a1', ['camera'])];
-    const driver = { type: 'test', discover: async () => found.map((d) => ({ ...d, tags: [...d.tags] })) };
+    let found: SimDeviceSpec[] = [{ deviceId: 'a1', tags: ['camera'] }];
+    const driver = { type: 'test', discover: async () => simDevices(found) };
     // A periodic snapshot a minute apart: every change below must go out because discovery saw it.
     await f.addHost('A', [], { driver, discoveryIntervalMs: 200, snapshotIntervalMs: 60_000 });
     const A = f.hostId('A');
@@ -331,7 +324,7 @@ describe('host agent (seed 002)', () => {
 
     const first = await f.fleet.submit({ goal: 'long [sim duration=4000]', constraints: { tags: ['camera'] } });
     await f.waitForStatus(first.taskId, 'running', 15_000);
-    found = [dev('a2')]; // a1 unplugged while it runs, a2 plugged in
+    found = [{ deviceId: 'a2' }]; // a1 unplugged while it runs, a2 plugged in
     await eventually(sameAs(['a2']), 'the pool sees a1 gone and a2 found', 15_000);
 
     const camera = await f.fleet.submit({
@@ -358,7 +351,7 @@ describe('host agent (seed 002)', () => {
       'nothing runs on a device the host no longer finds',
     );
 
-    found = [dev('a1', ['camera']), dev('a2')]; // a1 plugged back in
+    found = [{ deviceId: 'a1', tags: ['camera'] }, { deviceId: 'a2' }]; // a1 plugged back in
     const ranCamera = await f.waitForStatus(camera.taskId, 'done', 20_000);
     assert.deepEqual(
       ranCamera.attempts.map((a) => a.deviceId),
